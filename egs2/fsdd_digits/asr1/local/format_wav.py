@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Stage 3: resample a Kaldi-style data dir to ``--fs`` and write ESPnet's raw dump.
+
+Usage: format_wav.py --src data/train --dst dump/raw/org/train --fs 16k
+
+Reads ``wav.scp`` (utt_id path), resamples every utterance with
+``torchaudio.functional.resample`` (windowed-sinc, ``sinc_interp_hann``), writes
+16-bit PCM WAV files under ``<dst>/data/`` and, in ``<dst>``: ``wav.scp``,
+``text``, ``utt2spk``, ``spk2utt``, ``utt2num_samples`` (samples at ``--fs``),
+``feats_type`` (``raw``) and ``audio_format`` (``wav``).
+
+Errors name the utterance: unreadable audio, not mono, NaN/inf samples, or
+an utterance missing from ``text``.
+"""
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+import torchaudio
+from tqdm import tqdm
+
+from espnet_dynres.frame_rate_policy import parse_fs
+
+
+def read_kaldi(path: Path) -> dict:
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            parts = line.rstrip("\n").split(maxsplit=1)
+            if parts:
+                out[parts[0]] = parts[1] if len(parts) > 1 else ""
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", type=Path, required=True, help="Kaldi-style data dir with wav.scp and text")
+    ap.add_argument("--dst", type=Path, required=True, help="output dump dir")
+    ap.add_argument("--fs", default="16k", help="target sampling rate (Hz or e.g. 16k)")
+    args = ap.parse_args()
+    fs_hz = parse_fs(args.fs)
+
+    wav_scp = read_kaldi(args.src / "wav.scp")
+    text = read_kaldi(args.src / "text")
+    missing = sorted(set(wav_scp) - set(text))
+    if missing:
+        sys.exit(f"format_wav.py: {len(missing)} utterances of {args.src}/wav.scp have no line in text, e.g. {missing[:5]}; fix data prep")
+    data_dir = args.dst / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    scp_lines, ns_lines = [], []
+    for utt, path in tqdm(sorted(wav_scp.items()), desc=f"format {args.src.name}", unit="utt", mininterval=2.0):
+        try:
+            audio, in_fs = sf.read(path, dtype="float32", always_2d=True)
+        except Exception as e:  # noqa: BLE001 — re-raised with the utterance named
+            sys.exit(f"format_wav.py: cannot read audio of utterance {utt} ({path}): {e}; re-run stage 1")
+        if audio.shape[1] != 1:
+            sys.exit(f"format_wav.py: utterance {utt} ({path}) has {audio.shape[1]} channels; this recipe expects mono")
+        if not np.isfinite(audio).all():
+            sys.exit(f"format_wav.py: utterance {utt} ({path}) has NaN/inf samples; re-create the file")
+        wav = torch.from_numpy(audio[:, 0])
+        if in_fs != fs_hz:
+            wav = torchaudio.functional.resample(wav, in_fs, fs_hz)  # (T_samples_out,)
+        out = data_dir / f"{utt}.wav"
+        sf.write(out, wav.clamp(-1.0, 1.0).numpy(), fs_hz, subtype="PCM_16")
+        scp_lines.append(f"{utt} {out.resolve()}\n")
+        ns_lines.append(f"{utt} {wav.numel()}\n")
+    (args.dst / "wav.scp").write_text("".join(scp_lines), encoding="utf-8")
+    (args.dst / "utt2num_samples").write_text("".join(ns_lines), encoding="utf-8")
+    (args.dst / "text").write_text("".join(f"{u} {text[u]}\n" for u in sorted(wav_scp)), encoding="utf-8")
+    for name in ("utt2spk", "spk2utt", "utt2dur"):
+        if (args.src / name).exists():
+            shutil.copyfile(args.src / name, args.dst / name)
+    (args.dst / "feats_type").write_text("raw\n")
+    (args.dst / "audio_format").write_text("wav\n")
+    print(f"format_wav.py: {len(scp_lines)} utterances at {fs_hz} Hz -> {args.dst}")
+
+
+if __name__ == "__main__":
+    main()

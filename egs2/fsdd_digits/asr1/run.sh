@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Connected-digit ASR on real speech (FSDD), with ESPnet's stage numbering:
+#   1 data prep   3 format (8 kHz -> fs)   4 filter   5 token list
+#   10 collect stats   11 train   12 decode (standard frame rate)   13 score   15 pack + unpack check
+# Needs no ESPnet git checkout and no Kaldi tools: every stage is an ESPnet module
+# (python -m espnet2.bin.* / espnet_dynres.bin.*) or a script under local/.
+#
+# Options (ESPnet asr.sh names):  ./run.sh --stage N --stop_stage M --ngpu K --nj J \
+#     --asr_config FILE --inference_config FILE --asr_args "..." --inference_args "..." \
+#     --expdir DIR --dumpdir DIR [--datadir DIR --asr_tag TAG --token_type word|char|bpe --nbpe N
+#     --fs 16k --num_train N --num_dev N --num_test N --seed N --inference_nj N
+#     --min_wav_duration SEC --max_wav_duration SEC --inference_asr_model NAME --fsdd_dir DIR]
+set -euo pipefail
+
+stage=1
+stop_stage=100
+ngpu=0
+nj=2
+inference_nj=2
+seed=0
+fs=16k
+asr_config=conf/train_asr_conformer_dynres_cpu.yaml
+inference_config=conf/decode_asr.yaml
+asr_args=""
+inference_args=""
+asr_tag=""
+expdir=exp
+dumpdir=dump
+datadir=data
+token_type=word
+nbpe=30
+num_train=1500
+num_dev=150
+num_test=150
+min_wav_duration=0.1
+max_wav_duration=40
+inference_asr_model=valid.acc.ave.pth
+fsdd_dir=../../../../shared/data/fsdd/recordings
+python=python
+
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -h|--help) usage; exit 0 ;;
+        --*)
+            name="${1#--}"
+            if ! declare -p "${name}" >/dev/null 2>&1 || [[ "${name}" == *-* ]]; then
+                echo "run.sh: unknown option $1 (see ./run.sh --help)" >&2; exit 2
+            fi
+            [ $# -ge 2 ] || { echo "run.sh: option $1 needs a value" >&2; exit 2; }
+            printf -v "${name}" '%s' "$2"; shift 2 ;;
+        *) echo "run.sh: unexpected argument $1 (see ./run.sh --help)" >&2; exit 2 ;;
+    esac
+done
+
+cd "$(dirname "$0")"
+. ./path.sh
+
+log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (run.sh:${BASH_LINENO[0]}) $*"; }
+fail() { log "ERROR: $1 failed; read the log: $2"; tail -n 20 "$2" >&2 || true; exit 1; }
+# run_logged LOG CMD...: run CMD with its output in LOG, stop with the log's name on failure.
+run_logged() { local lg=$1; shift; mkdir -p "$(dirname "${lg}")"; "$@" >"${lg}" 2>&1 || fail "$(basename "${lg}" .log)" "${lg}"; }
+
+[ -n "${asr_tag}" ] || asr_tag=$(basename "${asr_config}" .yaml)
+asr_exp=${expdir}/asr_${asr_tag}
+asr_stats_dir=${expdir}/asr_stats_raw_${token_type}  # one per data setup, as asr.sh
+token_listdir=${datadir}/token_list/${token_type}
+token_list=${token_listdir}/tokens.txt
+bpemodel=none
+[ "${token_type}" = bpe ] && bpemodel=${token_listdir}/bpe.model
+train_set=train
+valid_set=dev
+test_sets="test"
+feats_dir=${dumpdir}/raw
+frontend_name=$(${python} -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1])).get('frontend','default'))" "${asr_config}")
+
+if [ "${stage}" -le 1 ] && [ "${stop_stage}" -ge 1 ]; then
+    log "Stage 1: data prep: connected-digit corpus from ${fsdd_dir} -> ${datadir}/{train,dev,test}"
+    ${python} local/data_prep.py --fsdd_dir "${fsdd_dir}" --out_dir "${datadir}" --seed "${seed}" \
+        --num_train "${num_train}" --num_dev "${num_dev}" --num_test "${num_test}"
+fi
+
+if [ "${stage}" -le 2 ] && [ "${stop_stage}" -ge 2 ]; then
+    log "Stage 2: speed perturbation: not used in this recipe"
+fi
+
+if [ "${stage}" -le 3 ] && [ "${stop_stage}" -ge 3 ]; then
+    log "Stage 3: format: resample to ${fs} and write ${feats_dir}"
+    for dset in ${train_set} ${valid_set} ${test_sets}; do
+        if [ "${dset}" = "${train_set}" ] || [ "${dset}" = "${valid_set}" ]; then out=${feats_dir}/org/${dset}; else out=${feats_dir}/${dset}; fi
+        ${python} local/format_wav.py --src "${datadir}/${dset}" --dst "${out}" --fs "${fs}"
+    done
+fi
+
+if [ "${stage}" -le 4 ] && [ "${stop_stage}" -ge 4 ]; then
+    log "Stage 4: filter: keep ${min_wav_duration}-${max_wav_duration} s in ${train_set}/${valid_set} (test sets untouched)"
+    for dset in ${train_set} ${valid_set}; do
+        ${python} local/filter_data.py --src "${feats_dir}/org/${dset}" --dst "${feats_dir}/${dset}" \
+            --min_wav_duration "${min_wav_duration}" --max_wav_duration "${max_wav_duration}"
+    done
+fi
+
+if [ "${stage}" -le 5 ] && [ "${stop_stage}" -ge 5 ]; then
+    log "Stage 5: token list (${token_type}) -> ${token_list}"
+    mkdir -p "${token_listdir}"
+    cut -f 2- -d " " "${feats_dir}/${train_set}/text" > "${token_listdir}/train_text.txt"
+    if [ "${token_type}" = bpe ]; then
+        run_logged "${token_listdir}/spm_train.log" ${python} -m espnet2.bin.spm_train \
+            --input="${token_listdir}/train_text.txt" --vocab_size="${nbpe}" --model_type=unigram \
+            --model_prefix="${token_listdir}/bpe" --character_coverage=1.0 --input_sentence_size=100000000
+    fi
+    run_logged "${token_listdir}/tokenize.log" ${python} -m espnet2.bin.tokenize_text \
+        --token_type "${token_type}" --bpemodel "${bpemodel}" --input "${token_listdir}/train_text.txt" \
+        --output "${token_list}" --field 1- --cleaner none --write_vocabulary true \
+        --add_symbol "<blank>:0" --add_symbol "<unk>:1" --add_symbol "<sos/eos>:-1"
+    log "  $(wc -l < "${token_list}") tokens"
+fi
+
+common_args=(
+    --use_preprocessor true --token_type "${token_type}" --token_list "${token_list}" --bpemodel "${bpemodel}"
+    --train_data_path_and_name_and_type "${feats_dir}/${train_set}/wav.scp,speech,sound"
+    --train_data_path_and_name_and_type "${feats_dir}/${train_set}/text,text,text"
+    --valid_data_path_and_name_and_type "${feats_dir}/${valid_set}/wav.scp,speech,sound"
+    --valid_data_path_and_name_and_type "${feats_dir}/${valid_set}/text,text,text"
+    --frontend_conf "fs=${fs}"
+)
+
+if [ "${stage}" -le 10 ] && [ "${stop_stage}" -ge 10 ]; then
+    log "Stage 10: collect stats (standard frame rate) -> ${asr_stats_dir}"
+    _logdir=${asr_stats_dir}/logdir
+    rm -rf "${_logdir}"; mkdir -p "${_logdir}"
+    n=$(( nj < $(wc -l < "${feats_dir}/${valid_set}/wav.scp") ? nj : $(wc -l < "${feats_dir}/${valid_set}/wav.scp") ))
+    split -n "l/${n}" -d -a 2 "${feats_dir}/${train_set}/wav.scp" "${_logdir}/train."
+    split -n "l/${n}" -d -a 2 "${feats_dir}/${valid_set}/wav.scp" "${_logdir}/valid."
+    pids=()
+    for i in $(seq 1 "${n}"); do
+        k=$(printf '%02d' $((i - 1)))
+        ${python} -m espnet_dynres.bin.asr_train --collect_stats true "${common_args[@]}" \
+            --train_shape_file "${_logdir}/train.${k}" --valid_shape_file "${_logdir}/valid.${k}" \
+            --output_dir "${_logdir}/stats.${i}" --config "${asr_config}" ${asr_args} \
+            >"${_logdir}/stats.${i}.log" 2>&1 &
+        pids+=($!)
+    done
+    for i in "${!pids[@]}"; do wait "${pids[$i]}" || fail "collect stats job $((i + 1))" "${_logdir}/stats.$((i + 1)).log"; done
+    inputs=(); for i in $(seq 1 "${n}"); do inputs+=(--input_dir "${_logdir}/stats.${i}"); done
+    run_logged "${_logdir}/aggregate.log" ${python} -m espnet2.bin.aggregate_stats_dirs "${inputs[@]}" --output_dir "${asr_stats_dir}"
+    for dset in train valid; do
+        awk -v N="$(wc -l < "${token_list}")" '{ print $0 "," N }' "${asr_stats_dir}/${dset}/text_shape" \
+            > "${asr_stats_dir}/${dset}/text_shape.${token_type}"
+    done
+    log "  stats: ${asr_stats_dir}/train/feats_stats.npz, shape files: ${asr_stats_dir}/{train,valid}/*_shape"
+fi
+
+if [ "${stage}" -le 11 ] && [ "${stop_stage}" -ge 11 ]; then
+    log "Stage 11: train ${asr_config} -> ${asr_exp} (log: ${asr_exp}/train.log)"
+    mkdir -p "${asr_exp}"
+    start=$(date +%s)
+    ${python} -m espnet_dynres.bin.asr_train "${common_args[@]}" \
+        --train_shape_file "${asr_stats_dir}/train/speech_shape" \
+        --train_shape_file "${asr_stats_dir}/train/text_shape.${token_type}" \
+        --valid_shape_file "${asr_stats_dir}/valid/speech_shape" \
+        --valid_shape_file "${asr_stats_dir}/valid/text_shape.${token_type}" \
+        --normalize global_mvn --normalize_conf "stats_file=${asr_stats_dir}/train/feats_stats.npz" \
+        --resume true --ngpu "${ngpu}" --output_dir "${asr_exp}" --config "${asr_config}" ${asr_args} \
+        >"${asr_exp}/train.log" 2>&1 &
+    pid=$!
+    # Progress: one line per finished epoch.
+    tail --pid="${pid}" -n +1 -F "${asr_exp}/train.log" 2>/dev/null | grep --line-buffered -E "epoch results:" \
+        | sed -u -E 's/^.*\] //' || true
+    wait "${pid}" || fail "training" "${asr_exp}/train.log"
+    echo "$(( $(date +%s) - start ))" > "${asr_exp}/train_seconds.txt"
+    log "  trained in $(cat "${asr_exp}/train_seconds.txt") s; model: ${asr_exp}/${inference_asr_model}"
+fi
+
+inference_tag=decode_$(basename "${inference_config}" .yaml)_${inference_asr_model%.*}
+if [ "${stage}" -le 12 ] && [ "${stop_stage}" -ge 12 ]; then
+    log "Stage 12: decode ${test_sets} at the standard frame rate -> ${asr_exp}/${inference_tag}"
+    for dset in ${test_sets}; do
+        _dir=${asr_exp}/${inference_tag}/${dset}
+        _logdir=${_dir}/logdir
+        rm -rf "${_logdir}"; mkdir -p "${_logdir}"
+        n=$(( inference_nj < $(wc -l < "${feats_dir}/${dset}/wav.scp") ? inference_nj : $(wc -l < "${feats_dir}/${dset}/wav.scp") ))
+        split -n "l/${n}" -d -a 2 "${feats_dir}/${dset}/wav.scp" "${_logdir}/keys."
+        pids=()
+        for i in $(seq 1 "${n}"); do
+            k=$(printf '%02d' $((i - 1)))
+            ${python} -m espnet_dynres.bin.asr_inference --batch_size 1 --ngpu "${ngpu}" \
+                --data_path_and_name_and_type "${feats_dir}/${dset}/wav.scp,speech,sound" \
+                --key_file "${_logdir}/keys.${k}" --asr_train_config "${asr_exp}/config.yaml" \
+                --asr_model_file "${asr_exp}/${inference_asr_model}" --output_dir "${_logdir}/output.${i}" \
+                --config "${inference_config}" ${inference_args} >"${_logdir}/asr_inference.${i}.log" 2>&1 &
+            pids+=($!)
+        done
+        for i in "${!pids[@]}"; do wait "${pids[$i]}" || fail "decoding job $((i + 1))" "${_logdir}/asr_inference.$((i + 1)).log"; done
+        for i in $(seq 1 "${n}"); do cat "${_logdir}/output.${i}/1best_recog/text"; done | LC_ALL=C sort > "${_dir}/text"
+        log "  hypotheses: ${_dir}/text ($(wc -l < "${_dir}/text") of $(wc -l < "${feats_dir}/${dset}/text") utterances)"
+    done
+fi
+
+if [ "${stage}" -le 13 ] && [ "${stop_stage}" -ge 13 ]; then
+    log "Stage 13: score (WER, CER, by utterance length)"
+    for dset in ${test_sets}; do
+        _dir=${asr_exp}/${inference_tag}/${dset}
+        ${python} local/score.py --ref "${feats_dir}/${dset}/text" --hyp "${_dir}/text" \
+            --utt2dur "${datadir}/${dset}/utt2dur" --out_dir "${_dir}/score" --name "${dset}"
+        log "  details: ${_dir}/score/result.txt, per utterance: ${_dir}/score/per_utt.tsv"
+    done
+fi
+
+if [ "${stage}" -le 15 ] && [ "${stop_stage}" -ge 15 ]; then
+    packed=${asr_exp}/${asr_tag}_packed.zip
+    log "Stage 15: pack -> ${packed}, then unpack with espnet_model_zoo and decode one test file"
+    [ -f "${asr_exp}/RESULTS.md" ] || { for dset in ${test_sets}; do cat "${asr_exp}/${inference_tag}/${dset}/score/result.txt"; done > "${asr_exp}/RESULTS.md"; }
+    pack_opts=(--option "${asr_exp}/RESULTS.md" --option "${asr_stats_dir}/train/feats_stats.npz")
+    [ -d "${asr_exp}/images" ] && pack_opts+=(--option "${asr_exp}/images")
+    [ "${token_type}" = bpe ] && pack_opts+=(--option "${bpemodel}")
+    run_logged "${asr_exp}/pack.log" ${python} -m espnet2.bin.pack asr \
+        --asr_train_config "${asr_exp}/config.yaml" --asr_model_file "${asr_exp}/${inference_asr_model}" \
+        "${pack_opts[@]}" --outpath "${packed}"
+    log "  packed: ${packed}"
+    # A fresh cache: espnet_model_zoo would otherwise serve an older unpack of the same path.
+    rm -rf "${expdir}/model_zoo_cache"
+    first_test=$(echo ${test_sets} | cut -d ' ' -f 1)
+    ${python} local/decode_packed.py --packed "${packed}" --cachedir "${expdir}/model_zoo_cache" \
+        --wav_scp "${feats_dir}/${first_test}/wav.scp" --text "${feats_dir}/${first_test}/text"
+fi
+
+log "Done: ${asr_exp}"

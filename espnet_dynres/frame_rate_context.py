@@ -1,0 +1,42 @@
+"""Per-batch facts the frontend and SpecAugment share: frame rates and the epoch.
+
+ESPnet's model calls ``frontend(speech, speech_lengths)`` and then
+``specaug(feats, feats_lengths)``; SpecAugment never sees the waveform, so it
+cannot know each utterance's frame rate.  The ``dynres`` frontend records the
+rates here on every forward (``None`` when it ran at the standard rate) and
+``specaug: dynres`` reads them.  The iterator factory records the epoch for
+the optional resolution curriculum.  A :class:`contextvars.ContextVar` keeps
+concurrent threads (e.g. ``DataParallel`` replicas) apart.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Optional
+
+import torch
+
+_FRAME_RATES_HZ: contextvars.ContextVar = contextvars.ContextVar("espnet_dynres_frame_rates_hz", default=None)
+
+
+def set_frame_rates(frame_rates_hz: Optional[torch.Tensor]) -> None:
+    """Record ``(B,)`` float frame rates (Hz) of the current batch; ``None`` = standard rate."""
+    _FRAME_RATES_HZ.set(frame_rates_hz)
+
+
+def current_frame_rates() -> Optional[torch.Tensor]:
+    """The ``(B,)`` frame rates (Hz) last recorded in this context, or ``None``."""
+    return _FRAME_RATES_HZ.get()
+
+
+_EPOCH: contextvars.ContextVar = contextvars.ContextVar("espnet_dynres_epoch", default=None)
+
+
+def set_epoch(epoch: Optional[int]) -> None:
+    """Record the 1-based training epoch (set by the dynres iterator factory per epoch)."""
+    _EPOCH.set(epoch)
+
+
+def current_epoch() -> Optional[int]:
+    """The epoch last recorded in this context, or ``None`` (no curriculum)."""
+    return _EPOCH.get()

@@ -1,0 +1,226 @@
+"""The one object that decides frame counts and frame rates.
+
+Both the ``dynres`` batch sampler (planning batches from shape files) and the
+``dynres`` frontend (computing features) call this policy, so the frame count a
+batch was planned for is the frame count it gets.
+
+Conventions (as ESPnet's ``Stft`` with ``center=True`` and an even ``n_fft``):
+
+* an utterance of ``L`` samples analysed with a frame shift of ``h`` samples has
+  ``1 + floor(L / h)`` frames, frame ``t`` centred on sample ``t * h``;
+* the standard frame rate is ``fs / hop_length`` Hz (16 kHz / 160 = 100 Hz,
+  8 kHz / 80 = 100 Hz), so the standard frame count is ``1 + L // hop_length``;
+* a frame rate ``r`` Hz means a frame shift of ``fs / r`` samples: rates are
+  rates at any ``fs``, shifts are samples.
+
+Frame count ``T`` is what a frame shift ``h`` in ``(L / T, L / (T - 1)]`` gives
+(``T - 1 <= L / h < T``: first centre at sample 0, last centre no later than
+sample ``L``, the uncovered tail shorter than one shift).  Intersecting that
+interval with the allowed shifts ``[fs / max_rate, fs / min_rate]`` gives the
+frame counts an utterance may take — exactly the frame counts at the two clamp
+rates::
+
+    1 + floor(L * min_rate / fs)  <=  T  <=  1 + floor(L * max_rate / fs)
+
+Inside the allowed interval the policy takes the frame shift closest to the
+standard ``hop_length``, so an utterance whose ``T`` equals its standard frame
+count is analysed exactly as ESPnet's ``DefaultFrontend`` would.
+
+The batch rule (:meth:`FrameRatePolicy.batch_frame_counts`):
+
+1. ``T`` = the mean of the utterances' standard frame counts, rounded, clipped
+   into the intersection of their ranges at ``[min_frame_rate_hz,
+   max_frame_rate_hz]``; every utterance gets ``T``.  (The ``dynres`` sampler
+   only builds such batches, except as its docstring says.)
+2. If that intersection is empty, the same with the lower limit relaxed to
+   ``fallback_frame_rate_hz``.
+3. If still empty, every utterance at the standard rate, zero-padded to the
+   longest — a *fallback batch*, counted and logged by the frontend.
+
+Optional resolution curriculum (``curriculum_epochs = N > 0``): in epoch ``e``
+(1-based) ``T`` moves from the lowest common frame count (lowest rates) at
+``e = 1`` linearly to the rule above from ``e = N + 1`` on.  It never exceeds
+the rule's ``T``, so the sampler's frame budget holds in every epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple, Union
+
+import humanfriendly
+
+
+def parse_fs(fs: Union[int, str]) -> int:
+    """Sampling rate in Hz from an int or an ESPnet-style string ("16k", "8000")."""
+    value = humanfriendly.parse_size(fs) if isinstance(fs, str) else fs
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"fs must be a positive sampling rate in Hz (e.g. 16000 or '16k'), got {fs!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class FrameRatePolicy:
+    """Frame counts and frame rates for dynamic-resolution batches.
+
+    Args:
+        fs: sampling rate of the input waveform in Hz (e.g. 16000 or "16k").
+        hop_length: standard frame shift in samples (160 at 16 kHz = 100 Hz).
+        min_frame_rate_hz: lowest frame rate the sampler plans for (Hz).
+        max_frame_rate_hz: highest frame rate an utterance may be given (Hz).
+        fallback_frame_rate_hz: a batch that would need a rate below this is
+            computed at the standard rate and padded instead (Hz).
+        curriculum_epochs: length of the optional low-rate-first schedule in
+            epochs (0 = off).
+
+    Raises:
+        ValueError: non-positive values, ``min_frame_rate_hz`` above the
+            standard rate, ``max_frame_rate_hz`` below it or above ``fs``,
+            ``fallback_frame_rate_hz`` above ``min_frame_rate_hz``, or a negative
+            ``curriculum_epochs``; the message names the key to fix.
+    """
+
+    fs: int = 16000
+    hop_length: int = 160
+    min_frame_rate_hz: float = 70.0
+    max_frame_rate_hz: float = 130.0
+    fallback_frame_rate_hz: float = 50.0
+    curriculum_epochs: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "fs", parse_fs(self.fs))
+        if not isinstance(self.hop_length, int) or self.hop_length <= 0:
+            raise ValueError(f"hop_length must be a positive number of samples, got {self.hop_length}")
+        std = self.standard_frame_rate_hz
+        if not 0 < self.min_frame_rate_hz <= std <= self.max_frame_rate_hz:
+            raise ValueError(
+                "frame-rate clamp must satisfy 0 < min_frame_rate_hz <= standard rate <= "
+                f"max_frame_rate_hz; got min_frame_rate_hz={self.min_frame_rate_hz}, "
+                f"standard rate={std:g} Hz (fs={self.fs} / hop_length={self.hop_length}), "
+                f"max_frame_rate_hz={self.max_frame_rate_hz}. Fix frontend_conf."
+            )
+        if self.max_frame_rate_hz > self.fs:
+            raise ValueError(
+                f"max_frame_rate_hz={self.max_frame_rate_hz} exceeds fs={self.fs}: "
+                "a frame shift cannot be shorter than one sample."
+            )
+        if not 0 < self.fallback_frame_rate_hz <= self.min_frame_rate_hz:
+            raise ValueError(
+                f"fallback_frame_rate_hz={self.fallback_frame_rate_hz} must be in "
+                f"(0, min_frame_rate_hz={self.min_frame_rate_hz}]. Fix frontend_conf."
+            )
+        if self.curriculum_epochs < 0:
+            raise ValueError(f"curriculum_epochs must be >= 0, got {self.curriculum_epochs}")
+
+    # ------------------------------------------------------------------ rates
+    @property
+    def standard_frame_rate_hz(self) -> float:
+        """The evaluation frame rate, ``fs / hop_length`` (Hz)."""
+        return self.fs / self.hop_length
+
+    def standard_frame_count(self, num_samples: int) -> int:
+        """Frames ESPnet's DefaultFrontend gives ``num_samples`` samples (center=True)."""
+        return 1 + int(num_samples) // self.hop_length
+
+    def frame_count_range(self, num_samples: int, min_rate_hz: Optional[float] = None) -> Tuple[int, int]:
+        """Inclusive range ``(lo, hi)`` of frame counts reachable inside the rate clamp.
+
+        ``lo = 1 + floor(L * min_rate / fs)``, ``hi = 1 + floor(L * max_rate / fs)``
+        (derivation in the module docstring); never empty.  ``min_rate_hz``
+        defaults to ``min_frame_rate_hz``.
+        """
+        n = int(num_samples)
+        low_rate = self.min_frame_rate_hz if min_rate_hz is None else min_rate_hz
+        lo = 1 + math.floor(n * low_rate / self.fs + 1e-9)
+        hi = 1 + math.floor(n * self.max_frame_rate_hz / self.fs + 1e-9)
+        return lo, hi
+
+    def common_frame_count(
+        self, num_samples: Sequence[int], min_rate_hz: Optional[float] = None, epoch: Optional[int] = None
+    ) -> Optional[int]:
+        """The one frame count ``T`` for a batch, or ``None`` if none fits the clamp.
+
+        Rule 1 of the module docstring (``min_rate_hz`` replaces the lower
+        limit; ``epoch`` applies the curriculum).
+        """
+        if len(num_samples) == 0:
+            raise ValueError("common_frame_count needs at least one utterance")
+        lo, hi = 1, None
+        total_std = 0
+        for n in num_samples:
+            u_lo, u_hi = self.frame_count_range(n, min_rate_hz)
+            lo = max(lo, u_lo)
+            hi = u_hi if hi is None else min(hi, u_hi)
+            total_std += self.standard_frame_count(n)
+        return self.pick_frame_count(lo, hi, total_std, len(num_samples), epoch)
+
+    def pick_frame_count(
+        self, lo: int, hi: Optional[int], sum_standard_frames: int, batch_size: int, epoch: Optional[int] = None
+    ) -> Optional[int]:
+        """The batch rule from running totals (used by the sampler while it grows a batch).
+
+        Args:
+            lo, hi: intersection of the utterances' :meth:`frame_count_range`.
+            sum_standard_frames: sum of their standard frame counts.
+            batch_size: number of utterances.
+            epoch: 1-based epoch for the curriculum; ``None`` = no curriculum.
+
+        Returns:
+            ``round(sum_standard_frames / batch_size)`` clipped to ``[lo, hi]``
+            (moved toward ``lo`` during the curriculum), or ``None`` when ``lo > hi``.
+        """
+        if hi is None or lo > hi:
+            return None
+        target = int(math.floor(sum_standard_frames / batch_size + 0.5))
+        t = min(max(target, lo), hi)
+        if epoch is not None and self.curriculum_epochs > 0 and epoch <= self.curriculum_epochs:
+            progress = (max(epoch, 1) - 1) / self.curriculum_epochs  # 0 at epoch 1
+            t = lo + int(math.floor((t - lo) * progress))
+        return t
+
+    def batch_frame_counts(self, num_samples: Sequence[int], epoch: Optional[int] = None) -> Tuple[List[int], bool]:
+        """Frames per utterance for a training batch and whether it is a fallback batch.
+
+        Rules 1–3 of the module docstring.  Returns ``(frame counts, fallback)``;
+        outside fallback all counts are equal.
+        """
+        for low_rate in (self.min_frame_rate_hz, self.fallback_frame_rate_hz):
+            t = self.common_frame_count(num_samples, min_rate_hz=low_rate, epoch=epoch)
+            if t is not None:
+                return [t] * len(num_samples), False
+        return [self.standard_frame_count(n) for n in num_samples], True
+
+    def frame_shift_samples(self, num_samples: int, num_frames: int, fs_hz: Optional[int] = None) -> float:
+        """Frame shift (samples, fractional) that gives ``num_frames`` frames.
+
+        The shift closest to ``hop_length`` inside
+        ``(L / T, L / (T - 1)] ∩ [fs / max_rate, fs / fallback_rate]``; if that
+        intersection is empty, the shift closest to it inside
+        ``(L / T, L / (T - 1)]``, i.e. the frame count wins over the clamp.  The
+        end is taken as ``L / (T - 1e-6)`` and the result nudged by one ulp where
+        floating-point rounding would miss ``T``; for ``T == 1`` the interval is
+        ``(L, inf)``.  ``fs_hz`` (default ``fs``) is the sampling rate of the
+        signal being framed, e.g. after resampling.
+        """
+        n, t = int(num_samples), int(num_frames)
+        fs_hz = self.fs if fs_hz is None else fs_hz
+        if t < 1:
+            raise ValueError(f"num_frames must be >= 1, got {t}")
+        if n == 0:
+            return float(self.hop_length)
+        lo, hi = n / (t - 1e-6), (n / (t - 1) if t > 1 else math.inf)
+        c_lo = max(lo, fs_hz / self.max_frame_rate_hz)
+        c_hi = min(hi, fs_hz / self.fallback_frame_rate_hz)
+        if c_lo <= c_hi:
+            lo, hi = c_lo, c_hi
+        shift = min(max(float(self.hop_length), lo), hi)
+        while 1 + math.floor(n / shift) > t:  # floating-point rounding at the closed end
+            shift = math.nextafter(shift, math.inf)
+        while 1 + math.floor(n / shift) < t:
+            shift = math.nextafter(shift, 0.0)
+        return shift
+
+    def frame_rate_hz(self, num_samples: int, num_frames: int) -> float:
+        """Frame rate (Hz) of an utterance of ``num_samples`` brought to ``num_frames``."""
+        return self.fs / self.frame_shift_samples(num_samples, num_frames)

@@ -1,0 +1,42 @@
+"""``espnet_dynres_python``: a stand-in for ``python`` that registers the plugin first.
+
+ESPnet's ``egs2/TEMPLATE/asr1/asr.sh`` runs every Python step as
+``${python} -m espnet2.bin.<tool> ...``; with ``./asr.sh --python espnet_dynres_python``
+each of those steps runs with ``import espnet_dynres`` done first, so the
+``dynres`` and ``token_normalized`` names work without editing asr.sh.
+
+Supported forms (as ``python``): ``-m module [args]``, ``-c code [args]``,
+``script.py [args]``; leading interpreter flags ``-u``, ``-B``, ``-W <arg>`` are accepted.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    while argv and argv[0] in ("-u", "-B", "-W"):
+        flag = argv.pop(0)
+        if flag == "-W" and argv:
+            argv.pop(0)
+    if not argv:
+        sys.exit("usage: espnet_dynres_python (-m module | -c code | script.py) [args ...]")
+
+    import espnet_dynres  # noqa: F401  (registers the plugin's names with ESPnet)
+
+    if argv[0] == "-m" and len(argv) >= 2:
+        sys.argv = [argv[1]] + argv[2:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    elif argv[0] == "-c" and len(argv) >= 2:
+        sys.argv = ["-c"] + argv[2:]
+        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        sys.argv = argv
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

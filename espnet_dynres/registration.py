@@ -1,0 +1,204 @@
+"""Everything espnet_dynres adds to ESPnet, in one place.
+
+``import espnet_dynres`` calls :func:`register`, which adds:
+
+=================  ======================  ==============================================
+ESPnet switch      name                    what it is
+=================  ======================  ==============================================
+``frontend``       ``dynres``              :class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`
+``specaug``        ``dynres``              :class:`~espnet_dynres.asr.specaug.dynres_specaug.DynResSpecAug`
+``model``          ``token_normalized``    :class:`~espnet_dynres.asr.token_normalized_model.TokenNormalizedASRModel`
+``batch_type``     ``dynres``              :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
+=================  ======================  ==============================================
+
+and changes one ESPnet method: ``ASRTask.build_sequence_iter_factory``
+(1) with ``frontend: dynres``, checks that the audio's sampling rate equals
+``frontend_conf.fs``; (2) for ``batch_type`` (or ``valid_batch_type``)
+``dynres`` builds the ``dynres`` sampler (with CTC safety from the
+transcripts) and an iterator factory that records the epoch for the
+resolution curriculum; every other batch type goes to ESPnet's own method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+
+from typing import Dict, Optional
+
+import numpy as np
+import soundfile
+import torch
+
+from espnet2.iterators.sequence_iter_factory import SequenceIterFactory
+from espnet2.samplers.build_batch_sampler import BATCH_TYPES
+from espnet2.tasks import asr as espnet_asr
+from espnet2.tasks.abs_task import AbsTask, IteratorOptions
+
+from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
+from espnet_dynres.asr.token_normalized_model import TokenNormalizedASRModel
+from espnet_dynres.ctc_feasibility import ctc_frames_needed, min_feature_frames
+from espnet_dynres.frame_rate_context import set_epoch
+from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
+
+FRONTENDS = {"dynres": DynResFrontend}
+SPECAUGS = {"dynres": DynResSpecAug}
+MODELS = {"token_normalized": TokenNormalizedASRModel}
+BATCH_TYPE_DOCS = {
+    "dynres": (
+        "Dynamic-resolution batches (espnet_dynres): utterances grouped by duration "
+        "so that the dynres frontend brings all of them to one frame count T inside "
+        "its frame-rate clamp; batch_bins is the frame budget B x T. "
+        "Needs frontend: dynres."
+    )
+}
+
+_ORIGINAL_BUILD_SEQUENCE_ITER_FACTORY = AbsTask.build_sequence_iter_factory.__func__
+
+
+def policy_from_args(args: argparse.Namespace) -> FrameRatePolicy:
+    """The frontend's :class:`FrameRatePolicy`, built from ``args.frontend_conf``.
+
+    Raises:
+        ValueError: ``batch_type: dynres`` with a frontend other than ``dynres``.
+        TypeError: unknown keys in ``frontend_conf`` (from the frontend itself).
+    """
+    frontend = getattr(args, "frontend", None)
+    if frontend != "dynres":
+        raise ValueError(
+            f"batch_type: dynres plans frame counts for the dynres frontend, but frontend is "
+            f"{frontend!r}; set frontend: dynres (or use another batch_type)."
+        )
+    return DynResFrontend(**(args.frontend_conf or {})).policy
+
+
+def check_sampling_rate(args: argparse.Namespace, iter_options: IteratorOptions, files_to_check: int = 3) -> None:
+    """Reject audio whose sampling rate differs from ``frontend_conf.fs`` (dynres frontend only).
+
+    Reads the headers of the first ``files_to_check`` entries of each ``sound``
+    data file (``utt_id path``).
+
+    Raises:
+        ValueError: naming the utterance, its rate, ``fs`` and the fix.
+    """
+    if getattr(args, "frontend", None) != "dynres":
+        return
+    fs = DynResFrontend(**(args.frontend_conf or {})).fs
+    for path, _name, kind in iter_options.data_path_and_name_and_type:
+        if kind != "sound":
+            continue
+        with open(path, encoding="utf-8") as f:
+            for _, line in zip(range(files_to_check), f):
+                utt, audio = line.rstrip("\n").split(maxsplit=1)
+                rate = soundfile.info(audio).samplerate
+                if rate != fs:
+                    raise ValueError(
+                        f"utterance {utt} ({audio}) is sampled at {rate} Hz but frontend_conf fs={fs}; "
+                        f"resample the data to {fs} Hz (recipe stage 3, --fs) or set frontend_conf fs: {rate} "
+                        "with matching n_fft/win_length/hop_length."
+                    )
+
+
+def ctc_min_frames(cls, args: argparse.Namespace, iter_options: IteratorOptions) -> Optional[Dict[str, int]]:
+    """Fewest feature frames per training utterance for CTC to stay possible.
+
+    ``min_feature_frames(U + R, input_layer)`` with ``U + R`` from the
+    transcript as the model will see it (ESPnet's own preprocessor: cleaner,
+    tokenizer, token list).  ``None`` when there is no CTC branch or no text.
+    """
+    model_conf = args.model_conf or {}
+    if float(model_conf.get("ctc_weight", 0.5)) == 0.0 or not iter_options.train:
+        return None
+    texts = [p for p, name, _ in iter_options.data_path_and_name_and_type if name == "text"]
+    if not texts:
+        return None
+    preprocess = cls.build_preprocess_fn(args, train=False)
+    if preprocess is None:
+        return None
+    input_layer = (args.encoder_conf or {}).get("input_layer", "conv2d")
+    need: Dict[str, int] = {}
+    with open(texts[0], encoding="utf-8") as f:
+        for line in f:
+            parts = line.rstrip("\n").split(maxsplit=1)
+            if not parts:
+                continue
+            ids = preprocess(parts[0], {"text": parts[1] if len(parts) > 1 else ""})["text"]
+            need[parts[0]] = min_feature_frames(ctc_frames_needed(list(ids)), input_layer)
+    return need
+
+
+class EpochRecordingIterFactory(SequenceIterFactory):
+    """ESPnet's ``SequenceIterFactory`` that records the epoch for the frontend's curriculum."""
+
+    def build_iter(self, epoch: int, shuffle: Optional[bool] = None):
+        set_epoch(epoch)
+        return super().build_iter(epoch, shuffle)
+
+
+def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: IteratorOptions, mode: str):
+    """ESPnet's iterator factory, with the ``dynres`` sampler for ``batch_type: dynres``.
+
+    Mirrors ``AbsTask.build_sequence_iter_factory``: optional ``num_batches``
+    cut, DDP sharding of each batch over ranks (``batch[rank::world_size]``, so
+    ``batch_bins`` is the global budget as in ESPnet), dataset built after
+    sharding, ``SequenceIterFactory`` for shuffling batch order per epoch.
+    """
+    check_sampling_rate(args, iter_options)
+    if iter_options.batch_type != "dynres":
+        return _ORIGINAL_BUILD_SEQUENCE_ITER_FACTORY(cls, args, iter_options, mode)
+
+    distributed = iter_options.distributed
+    world_size = torch.distributed.get_world_size() if distributed else 1
+    sampler = DynResBatchSampler(
+        batch_bins=iter_options.batch_bins,
+        shape_files=iter_options.shape_files,
+        policy=policy_from_args(args),
+        min_batch_size=world_size if distributed else args.min_batch_size,
+        sort_in_batch=args.sort_in_batch,
+        sort_batch=args.sort_batch,
+        drop_last=args.drop_last_iter,
+        utt2min_frames=ctc_min_frames(cls, args, iter_options),
+    )
+    batches = list(sampler)
+    if iter_options.num_batches is not None:
+        batches = batches[: iter_options.num_batches]
+    sizes = [len(b) for b in batches]
+    logging.info(f"[{mode}] Batch sampler: {sampler}")
+    logging.info(
+        f"[{mode}] mini-batch sizes summary: N-batch={len(sizes)}, "
+        f"mean={np.mean(sizes):.1f}, min={np.min(sizes)}, max={np.max(sizes)}"
+    )
+    if distributed:
+        rank = torch.distributed.get_rank()
+        batches = [b[rank::world_size] for b in batches]
+    dataset = cls.build_dataset(args, iter_options, set(itertools.chain(*batches)))
+    return EpochRecordingIterFactory(
+        dataset=dataset,
+        batches=batches,
+        seed=args.seed,
+        num_iters_per_epoch=iter_options.num_iters_per_epoch,
+        shuffle=iter_options.train,
+        shuffle_within_batch=args.shuffle_within_batch,
+        num_workers=args.num_workers,
+        collate_fn=iter_options.collate_fn,
+        pin_memory=args.ngpu > 0,
+    )
+
+
+_registered = False
+
+
+def register() -> None:
+    """Add the plugin's names to ESPnet's ASR task (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    espnet_asr.frontend_choices.classes.update(FRONTENDS)
+    espnet_asr.specaug_choices.classes.update(SPECAUGS)
+    espnet_asr.model_choices.classes.update(MODELS)
+    BATCH_TYPES.update(BATCH_TYPE_DOCS)
+    espnet_asr.ASRTask.build_sequence_iter_factory = classmethod(build_sequence_iter_factory)
+    _registered = True

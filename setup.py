@@ -1,0 +1,37 @@
+"""espnet_dynres: dynamic-resolution batching and token-normalized loss for ESPnet2 ASR."""
+from setuptools import find_packages, setup
+
+setup(
+    name="espnet_dynres",
+    version="0.1.0",
+    description=(
+        "ESPnet2 plugin: dynamic-resolution batch sampler and log-mel frontend, "
+        "and a token-normalized ASR loss"
+    ),
+    packages=find_packages(include=["espnet_dynres", "espnet_dynres.*"]),
+    python_requires=">=3.11,<3.12",
+    install_requires=[
+        # Pinned: the newest releases that support Python 3.11.
+        "espnet==202511",
+        "espnet_model_zoo==0.1.7",
+        # torchaudio must match torch exactly.
+        "torch==2.9.1",
+        "torchaudio==2.9.1",
+        # ESPnet's trainer imports these with its default options.
+        "tensorboard",
+        "matplotlib",
+        # Recipe: reading/writing audio, scoring, progress bars.
+        "soundfile",
+        "jiwer",
+        "tqdm",
+        "numpy",
+        "pyyaml",
+    ],
+    extras_require={"test": ["pytest", "hypothesis"]},
+    entry_points={
+        "console_scripts": [
+            # A drop-in for ``python`` in ESPnet's asr.sh (``--python espnet_dynres_python``).
+            "espnet_dynres_python=espnet_dynres.launcher:main",
+        ]
+    },
+)

@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
+from espnet_dynres.frame_rate_context import set_frame_rates
+
+
+def masked_frames(out: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` number of all-zero frames (time-masked) per utterance of ``(B, T, F)``."""
+    return (out.abs().sum(-1) == 0).sum(-1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_time_mask_covers_the_same_seconds_at_70_100_130_hz(seed):
+    # One 4-second utterance at three frame rates, one mask of a fixed drawn width.
+    seconds = []
+    for rate in (70.0, 100.0, 130.0):
+        t = int(4 * rate)
+        x = torch.ones(1, t, 8)
+        aug = DynResSpecAug(apply_time_warp=False, apply_freq_mask=False, time_mask_width_range=[10, 40],
+                            num_time_mask=1)
+        set_frame_rates(torch.tensor([rate]))
+        torch.manual_seed(seed)
+        out, _ = aug(x, torch.tensor([t]))
+        seconds.append((masked_frames(out)[0].item(), rate))
+    width_std = seconds[1][0]  # frames at 100 Hz
+    for frames, rate in seconds:
+        assert abs(frames - width_std * rate / 100.0) <= 1.0, seconds
+        assert abs(frames / rate - width_std / 100.0) <= 1.0 / rate + 1e-9
+
+
+def test_per_utterance_rates_in_one_batch():
+    rates = torch.tensor([70.0, 100.0, 130.0])
+    x = torch.ones(3, 300, 8)
+    aug = DynResSpecAug(apply_time_warp=False, apply_freq_mask=False, time_mask_width_range=[30, 30],
+                        num_time_mask=1)
+    set_frame_rates(rates)
+    out, _ = aug(x, torch.tensor([300, 300, 300]))
+    assert masked_frames(out).tolist() == [21, 30, 39]
+
+
+def test_tiny_inputs_are_not_an_exception():
+    aug = DynResSpecAug(time_warp_window=5, time_mask_width_range=[0, 40], freq_mask_width_range=[0, 4])
+    set_frame_rates(torch.tensor([130.0, 70.0]))
+    x = torch.randn(2, 3, 8)
+    out, lengths = aug(x, torch.tensor([3, 1]))
+    assert out.shape == x.shape and lengths.tolist() == [3, 1]
+    assert masked_frames(out)[1] <= 1 and masked_frames(out)[0] <= 3
+
+
+def test_ratio_masks_and_standard_rate_need_no_rates():
+    set_frame_rates(None)
+    aug = DynResSpecAug(apply_time_warp=True, time_mask_width_ratio_range=[0.0, 0.1])
+    x = torch.randn(2, 50, 8)
+    out, _ = aug(x, torch.tensor([50, 40]))
+    assert out.shape == x.shape
+
+
+def test_time_mask_options_are_checked():
+    with pytest.raises(ValueError, match="exactly one"):
+        DynResSpecAug(time_mask_width_range=[0, 10], time_mask_width_ratio_range=[0, 0.1])
+    with pytest.raises(ValueError, match="exactly one"):
+        DynResSpecAug()

@@ -1,0 +1,111 @@
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from espnet_dynres.frame_rate_policy import FrameRatePolicy
+
+POLICY = FrameRatePolicy()  # 16 kHz, hop 160 (100 Hz), clamp 70-130 Hz
+
+
+def frames_with_shift(num_samples: int, shift: float) -> int:
+    """Frame count of a centred STFT with a (fractional) frame shift."""
+    return 1 + math.floor(num_samples / shift)
+
+
+@given(st.integers(min_value=1, max_value=16000 * 600))
+def test_every_frame_count_in_range_is_reachable_inside_the_clamp(num_samples):
+    lo, hi = POLICY.frame_count_range(num_samples)
+    assert lo <= hi
+    for t in {lo, hi, (lo + hi) // 2, POLICY.standard_frame_count(num_samples)} & set(range(lo, hi + 1)):
+        shift = POLICY.frame_shift_samples(num_samples, t)
+        assert frames_with_shift(num_samples, shift) == t
+        rate = POLICY.frame_rate_hz(num_samples, t)
+        assert 70.0 - 1e-6 <= rate <= 130.0 + 1e-6
+
+
+@given(st.integers(min_value=1, max_value=16000 * 60))
+def test_standard_frame_count_uses_the_standard_hop(num_samples):
+    t = POLICY.standard_frame_count(num_samples)
+    assert t == 1 + num_samples // 160
+    if t > 1:
+        assert POLICY.frame_shift_samples(num_samples, t) == 160.0
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(min_value=3200, max_value=16000 * 30), min_size=1, max_size=40))
+def test_common_frame_count_is_feasible_for_every_utterance_or_none(lengths):
+    t = POLICY.common_frame_count(lengths)
+    ranges = [POLICY.frame_count_range(n) for n in lengths]
+    feasible = max(r[0] for r in ranges) <= min(r[1] for r in ranges)
+    assert (t is not None) == feasible
+    if t is not None:
+        assert all(lo <= t <= hi for lo, hi in ranges)
+
+
+def test_clamp_limits_the_duration_ratio_of_a_batch():
+    one_sec = 16000
+    assert POLICY.common_frame_count([one_sec, int(1.8 * one_sec)]) is not None
+    assert POLICY.common_frame_count([one_sec, int(2.0 * one_sec)]) is None
+
+
+def test_8k_rates_are_rates_and_hops_are_samples():
+    p8 = FrameRatePolicy(fs="8k", hop_length=80)
+    assert p8.standard_frame_rate_hz == 100.0
+    assert p8.frame_count_range(8000) == POLICY.frame_count_range(16000)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(min_frame_rate_hz=120.0), "min_frame_rate_hz"),
+        (dict(max_frame_rate_hz=90.0), "max_frame_rate_hz"),
+        (dict(min_frame_rate_hz=0.0), "min_frame_rate_hz"),
+        (dict(hop_length=0), "hop_length"),
+        (dict(fs=-1), "fs"),
+    ],
+)
+def test_invalid_settings_are_rejected_with_the_key_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        FrameRatePolicy(**kwargs)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.integers(min_value=16000, max_value=16000 * 20), min_size=1, max_size=20))
+def test_curriculum_starts_at_the_lowest_rates_and_never_exceeds_the_rule(lengths):
+    policy = FrameRatePolicy(curriculum_epochs=4)
+    rule = policy.common_frame_count(lengths)
+    if rule is None:
+        return
+    lo = max(policy.frame_count_range(n)[0] for n in lengths)
+    per_epoch = [policy.common_frame_count(lengths, epoch=e) for e in range(1, 7)]
+    assert per_epoch[0] == lo
+    assert per_epoch == sorted(per_epoch) and max(per_epoch) <= rule
+    assert per_epoch[4] == per_epoch[5] == rule  # from epoch N + 1 on: the normal rule
+
+
+def test_frontend_follows_the_epoch_recorded_by_the_iterator():
+    import torch
+
+    from espnet_dynres.asr.frontend.dynres import DynResFrontend
+    from espnet_dynres.frame_rate_context import set_epoch
+
+    fe = DynResFrontend(curriculum_epochs=2).train()
+    lengths = torch.tensor([16000, 20000, 24000])
+    set_epoch(1)
+    early, _ = fe.frame_counts(lengths)
+    set_epoch(3)
+    late, _ = fe.frame_counts(lengths)
+    set_epoch(None)
+    assert early[0] < late[0] and late[0] == fe.policy.common_frame_count(lengths.tolist())
+
+
+def test_fallback_rule_relaxes_the_lower_limit_then_pads():
+    # 1 s and 2.2 s: beyond 130/70, within 130/50 -> common T at rates >= 50 Hz.
+    counts, fallback = POLICY.batch_frame_counts([16000, 35200])
+    assert not fallback and len(set(counts)) == 1
+    assert POLICY.frame_rate_hz(35200, counts[0]) >= 50.0
+    # 1 s and 4 s: no common T even at 50 Hz -> standard rate, padded.
+    counts, fallback = POLICY.batch_frame_counts([16000, 64000])
+    assert fallback and counts == [101, 401]
