@@ -257,19 +257,21 @@ class DynResFrontend(AbsFrontend):
         device = speech.device
         batch = speech.size(0)
         t_max = int(feats_lengths.max())
-        t_idx = torch.arange(t_max, device=device, dtype=torch.float64)  # (T,)
-        centres = torch.round(shifts[:, None] * t_idx[None, :]).long()  # (B, T)
-        offsets = torch.arange(self.n_fft, device=device) - self.n_fft // 2  # (n_fft,)
-        idx = centres[:, :, None] + offsets[None, None, :]  # (B, T, n_fft)
-        # Reflect at each utterance's own boundaries: period 2 (L - 1).
-        n = speech_lengths.to(device).long().clamp(min=1)[:, None, None]  # (B, 1, 1)
+        half = self.n_fft // 2
+        # 1. Reflect-pad every utterance at its own ends: (B, L_max + n_fft), cost O(B x L).
+        pos = torch.arange(-half, speech.size(1) + half, device=device)[None, :]  # (1, L_max + n_fft)
+        n = speech_lengths.to(device).long().clamp(min=1)[:, None]  # (B, 1)
         period = (2 * (n - 1)).clamp(min=1)
-        idx = torch.remainder(idx, period)
-        idx = torch.where(idx >= n, period - idx, idx).clamp(min=0)
-        idx = torch.where(n == 1, torch.zeros_like(idx), idx)
-        frames = torch.gather(
-            speech.float().unsqueeze(1).expand(batch, t_max, speech.size(1)), 2, idx
-        )  # (B, T, n_fft)
+        src = torch.remainder(pos, period)
+        src = torch.where(src >= n, period - src, src).clamp(min=0)
+        src = torch.where(n == 1, torch.zeros_like(src), src)  # (B, L_max + n_fft)
+        padded = torch.gather(speech.float(), 1, src)  # (B, L_max + n_fft)
+        # 2. Frame t of utterance b starts at padded sample round(t * shift_b) (centre minus n_fft/2).
+        t_idx = torch.arange(t_max, device=device, dtype=torch.float64)  # (T,)
+        starts = torch.round(shifts[:, None] * t_idx[None, :]).long()  # (B, T)
+        starts = starts.clamp(max=padded.size(1) - self.n_fft)
+        windows = padded.unfold(1, self.n_fft, 1)  # (B, L_max + 1, n_fft), a view
+        frames = windows[torch.arange(batch, device=device)[:, None], starts]  # (B, T, n_fft)
         spec = torch.fft.rfft(frames * self._padded_window(device), n=self.n_fft)  # (B, T, n_fft // 2 + 1)
         power = spec.real**2 + spec.imag**2
         feats, _ = logmel(power, feats_lengths)  # (B, T, n_mels), padding -> 0
