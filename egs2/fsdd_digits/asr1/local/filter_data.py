@@ -12,15 +12,10 @@ import argparse
 import shutil
 from pathlib import Path
 
+import soundfile as sf
 
-def read_kaldi(path: Path) -> dict:
-    out = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            parts = line.rstrip("\n").split(maxsplit=1)
-            if parts:
-                out[parts[0]] = parts[1] if len(parts) > 1 else ""
-    return out
+from espnet2.fileio.read_text import read_2columns_text
+
 
 
 def main() -> None:
@@ -31,11 +26,10 @@ def main() -> None:
     ap.add_argument("--max_wav_duration", type=float, default=40.0, help="seconds")
     args = ap.parse_args()
 
-    wav_scp = read_kaldi(args.src / "wav.scp")
-    text = read_kaldi(args.src / "text")
-    num_samples = {k: int(v) for k, v in read_kaldi(args.src / "utt2num_samples").items()}
+    wav_scp = read_2columns_text(args.src / "wav.scp")
+    text = read_2columns_text(args.src / "text")
+    num_samples = {k: int(v) for k, v in read_2columns_text(args.src / "utt2num_samples").items()}
     fs_hz = None
-    import soundfile as sf  # only to read the sampling rate of the dump
 
     keep, removed = [], []
     for utt in sorted(wav_scp):
@@ -55,7 +49,7 @@ def main() -> None:
     for name in ("wav.scp", "text", "utt2num_samples", "utt2spk", "utt2dur"):
         src = args.src / name
         if src.exists():
-            rows = read_kaldi(src)
+            rows = read_2columns_text(src)
             (args.dst / name).write_text("".join(f"{u} {rows[u]}\n" for u in keep if u in rows), encoding="utf-8")
     spk2utt = {}
     for u in keep:

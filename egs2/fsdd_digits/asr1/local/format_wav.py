@@ -24,17 +24,10 @@ import torch
 import torchaudio
 from tqdm import tqdm
 
+from espnet2.fileio.read_text import read_2columns_text
+
 from espnet_dynres.frame_rate_policy import parse_fs
 
-
-def read_kaldi(path: Path) -> dict:
-    out = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            parts = line.rstrip("\n").split(maxsplit=1)
-            if parts:
-                out[parts[0]] = parts[1] if len(parts) > 1 else ""
-    return out
 
 
 def main() -> None:
@@ -45,8 +38,8 @@ def main() -> None:
     args = ap.parse_args()
     fs_hz = parse_fs(args.fs)
 
-    wav_scp = read_kaldi(args.src / "wav.scp")
-    text = read_kaldi(args.src / "text")
+    wav_scp = read_2columns_text(args.src / "wav.scp")
+    text = read_2columns_text(args.src / "text")
     missing = sorted(set(wav_scp) - set(text))
     if missing:
         sys.exit(f"format_wav.py: {len(missing)} utterances of {args.src}/wav.scp have no line in text, e.g. {missing[:5]}; fix data prep")
