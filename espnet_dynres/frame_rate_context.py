@@ -5,14 +5,16 @@ ESPnet's model calls ``frontend(speech, speech_lengths)`` and then
 cannot know each utterance's frame rate.  The ``dynres`` frontend records the
 rates here on every forward (``None`` when it ran at the standard rate) and
 ``specaug: dynres`` reads them.  The iterator factory records the epoch for
-the optional resolution curriculum.  A :class:`contextvars.ContextVar` keeps
+the optional resolution curriculum.  The ``token_normalized`` model passes the
+sampler's planned frame counts (batch key ``speech_frames``) to the frontend.  A :class:`contextvars.ContextVar` keeps
 concurrent threads (e.g. ``DataParallel`` replicas) apart.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -40,3 +42,29 @@ def set_epoch(epoch: Optional[int]) -> None:
 def current_epoch() -> Optional[int]:
     """The epoch last recorded in this context, or ``None`` (no curriculum)."""
     return _EPOCH.get()
+
+
+SPEECH_FRAMES_KEY = "speech_frames"  # batch key carrying the sampler's plan, (B,) int64
+
+_PLANNED_FRAMES: contextvars.ContextVar = contextvars.ContextVar("espnet_dynres_planned_frames", default=None)
+
+
+@contextlib.contextmanager
+def planned_frames(frames: Optional[torch.Tensor]) -> Iterator[None]:
+    """Within the block, the ``dynres`` frontend computes exactly ``frames`` per utterance.
+
+    ``frames``: ``(B,)`` int64 feature frames per utterance as planned by the
+    ``dynres`` sampler (the batch key ``speech_frames``), or ``None`` (the
+    frontend applies the policy's batch rule itself).  The ``token_normalized``
+    model opens this block around its forward.
+    """
+    token = _PLANNED_FRAMES.set(frames)
+    try:
+        yield
+    finally:
+        _PLANNED_FRAMES.reset(token)
+
+
+def current_planned_frames() -> Optional[torch.Tensor]:
+    """The ``(B,)`` planned frames of the batch being computed, or ``None``."""
+    return _PLANNED_FRAMES.get()

@@ -15,14 +15,14 @@ and changes one ESPnet method: ``ASRTask.build_sequence_iter_factory``
 (1) with ``frontend: dynres``, checks that the audio's sampling rate equals
 ``frontend_conf.fs``; (2) for ``batch_type`` (or ``valid_batch_type``)
 ``dynres`` builds the ``dynres`` sampler (with CTC safety from the
-transcripts) and an iterator factory that records the epoch for the
-resolution curriculum; every other batch type goes to ESPnet's own method.
+transcripts) and :class:`~espnet_dynres.iterators.dynres_iter_factory.DynResIterFactory`
+(a fresh plan every epoch, DDP split, the plan passed as batch key
+``speech_frames``); every other batch type goes to ESPnet's own method.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 
 from typing import Dict, Optional
@@ -31,7 +31,6 @@ import numpy as np
 import soundfile
 import torch
 
-from espnet2.iterators.sequence_iter_factory import SequenceIterFactory
 from espnet2.samplers.build_batch_sampler import BATCH_TYPES
 from espnet2.tasks import asr as espnet_asr
 from espnet2.tasks.abs_task import AbsTask, IteratorOptions
@@ -40,8 +39,8 @@ from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 from espnet_dynres.asr.token_normalized_model import TokenNormalizedASRModel
 from espnet_dynres.ctc_feasibility import ctc_frames_needed, min_feature_frames
-from espnet_dynres.frame_rate_context import set_epoch
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.iterators.dynres_iter_factory import DynResIterFactory
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
 FRONTENDS = {"dynres": DynResFrontend}
@@ -130,28 +129,40 @@ def ctc_min_frames(cls, args: argparse.Namespace, iter_options: IteratorOptions)
     return need
 
 
-class EpochRecordingIterFactory(SequenceIterFactory):
-    """ESPnet's ``SequenceIterFactory`` that records the epoch for the frontend's curriculum."""
-
-    def build_iter(self, epoch: int, shuffle: Optional[bool] = None):
-        set_epoch(epoch)
-        return super().build_iter(epoch, shuffle)
-
-
 def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: IteratorOptions, mode: str):
     """ESPnet's iterator factory, with the ``dynres`` sampler for ``batch_type: dynres``.
 
-    Mirrors ``AbsTask.build_sequence_iter_factory``: optional ``num_batches``
-    cut, DDP sharding of each batch over ranks (``batch[rank::world_size]``, so
-    ``batch_bins`` is the global budget as in ESPnet), dataset built after
-    sharding, ``SequenceIterFactory`` for shuffling batch order per epoch.
+    For ``dynres``: a :class:`DynResBatchSampler` (redrawn every training
+    epoch from ``(seed, epoch)``, fixed and sorted for validation; CTC safety
+    from the transcripts; ``min_batch_size`` = world size under DDP) and a
+    :class:`DynResIterFactory` (DDP split ``batch[rank::world_size]``, so
+    ``batch_bins`` is the global budget as in ESPnet; the plan travels to the
+    model as batch key ``speech_frames``).  Every other batch type goes to
+    ESPnet's own method.
+
+    Raises:
+        ValueError: ``shuffle_within_batch: true`` (it would break the plan), a
+            frontend other than ``dynres``, or audio at another sampling rate.
     """
     check_sampling_rate(args, iter_options)
     if iter_options.batch_type != "dynres":
         return _ORIGINAL_BUILD_SEQUENCE_ITER_FACTORY(cls, args, iter_options, mode)
+    if getattr(args, "shuffle_within_batch", False):
+        raise ValueError(
+            "shuffle_within_batch: true moves utterances between batches and breaks the dynres plan; "
+            "batch_type dynres already redraws batch composition every epoch. Set shuffle_within_batch false."
+        )
+    if iter_options.train and getattr(args, "model", None) != "token_normalized":
+        logging.warning(
+            f"batch_type dynres with model {getattr(args, 'model', None)!r}: the sampler's planned frame counts "
+            "reach the dynres frontend only through model: token_normalized; the frontend recomputes T from each "
+            "batch (identical on one process, but lone oversized utterances are not lowered to the budget and DDP "
+            "ranks may differ)."
+        )
 
     distributed = iter_options.distributed
     world_size = torch.distributed.get_world_size() if distributed else 1
+    rank = torch.distributed.get_rank() if distributed else 0
     sampler = DynResBatchSampler(
         batch_bins=iter_options.batch_bins,
         shape_files=iter_options.shape_files,
@@ -161,30 +172,28 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
         sort_batch=args.sort_batch,
         drop_last=args.drop_last_iter,
         utt2min_frames=ctc_min_frames(cls, args, iter_options),
+        seed=args.seed,
+        shuffle=iter_options.train,
     )
-    batches = list(sampler)
-    if iter_options.num_batches is not None:
-        batches = batches[: iter_options.num_batches]
-    sizes = [len(b) for b in batches]
+    sizes = [len(b) for b in sampler.batches_for_epoch(1)]
     logging.info(f"[{mode}] Batch sampler: {sampler}")
     logging.info(
-        f"[{mode}] mini-batch sizes summary: N-batch={len(sizes)}, "
+        f"[{mode}] mini-batch sizes summary (epoch 1): N-batch={len(sizes)}, "
         f"mean={np.mean(sizes):.1f}, min={np.min(sizes)}, max={np.max(sizes)}"
     )
-    if distributed:
-        rank = torch.distributed.get_rank()
-        batches = [b[rank::world_size] for b in batches]
-    dataset = cls.build_dataset(args, iter_options, set(itertools.chain(*batches)))
-    return EpochRecordingIterFactory(
+    dataset = cls.build_dataset(args, iter_options, set(sampler.keys))
+    return DynResIterFactory(
         dataset=dataset,
-        batches=batches,
-        seed=args.seed,
+        sampler=sampler,
+        train=iter_options.train,
         num_iters_per_epoch=iter_options.num_iters_per_epoch,
-        shuffle=iter_options.train,
-        shuffle_within_batch=args.shuffle_within_batch,
+        num_batches=iter_options.num_batches,
+        rank=rank,
+        world_size=world_size,
+        seed=args.seed,
         num_workers=args.num_workers,
-        collate_fn=iter_options.collate_fn,
         pin_memory=args.ngpu > 0,
+        collate_fn=iter_options.collate_fn,
     )
 
 

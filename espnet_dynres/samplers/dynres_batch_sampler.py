@@ -1,16 +1,20 @@
-"""``batch_type: dynres`` — batches of utterances that share one frame count."""
+"""``batch_type: dynres`` — batches of utterances that share one frame count, redrawn every epoch."""
 
 from __future__ import annotations
 
 import logging
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+import math
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
+import numpy as np
 from typeguard import typechecked
 
 from espnet2.fileio.read_text import load_num_sequence_text
 from espnet2.samplers.abs_sampler import AbsSampler
 
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
+
+OVERSIZED_ACTIONS = ("warn", "error")
 
 
 def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
@@ -42,35 +46,72 @@ def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
 class DynResBatchSampler(AbsSampler):
     """Groups utterances by duration into batches that share one frame count.
 
-    Utterances are sorted by length (samples, from the speech shape file) and
-    taken in order; an utterance joins the current batch while
+    **Order.**  Each epoch ``e`` (1-based; ``0`` is accepted for ESPnet's
+    ``num_iters_per_epoch`` bookkeeping) orders the utterances by
+    ``log(samples) + u``, ``u ~ Uniform(0, shuffle_jitter × log(max_rate / min_rate))``
+    drawn from ``numpy.random.default_rng([seed, e])``; with ``shuffle=False``
+    (validation) or ``shuffle_jitter=0`` the order is plain sorting by length,
+    the same every epoch.  The jitter is smaller than the frame-rate clamp, so
+    neighbours in that order can still share a frame count, but which
+    neighbours meet changes from epoch to epoch.
+
+    **Grouping.**  Taken in that order, an utterance joins the current batch while
     (a) the :class:`FrameRatePolicy` still finds one frame count ``T`` for the
-    whole batch inside the rate clamp and (b) ``batch_size × T <= batch_bins``
-    (feature frames after resampling, so ``batch_bins`` is a frame budget, not
-    samples × dims as with ``numel``) and (c) ``T`` leaves every member at least
-    its ``utt2min_frames`` (CTC safety: the frames its transcript needs after
-    the encoder's subsampling, never more than its standard frame count).
-    A batch is only closed once it holds ``min_batch_size`` utterances;
-    leftovers too few for a batch join the previous one.  Such forced batches
-    follow the policy's fallback rules (:meth:`FrameRatePolicy.batch_frame_counts`);
-    ``num_fallback_batches`` counts those padded at the standard rate.  An
-    utterance that alone exceeds ``batch_bins`` gets a batch of its own and a
-    warning naming it.  Every utterance is in exactly one batch.
+    whole batch inside the rate clamp, (b) ``batch_size × T <= batch_bins``
+    (feature frames after the rate change: ``batch_bins`` is a hard frame
+    budget, never exceeded except as below), (c) ``batch_size <= max_batch_size``
+    and (d) ``T`` leaves every member at least its ``utt2min_frames`` (CTC
+    safety: the frames its transcript needs after the encoder's subsampling,
+    never more than its standard frame count).  A batch is only closed once it
+    holds ``min_batch_size`` utterances (ESPnet passes the world size under
+    DDP); the last ``< min_batch_size`` utterances of an epoch take utterances
+    from the batch before so that both keep ``min_batch_size``.  Such forced
+    batches may break (a)/(b): they follow the policy's fallback rules
+    (:meth:`FrameRatePolicy.batch_frame_counts`), and with ``min_batch_size = W``
+    a forced batch has at most ``2W - 1`` utterances.
+
+    **Oversized utterances.**  An utterance whose ``T`` alone exceeds
+    ``batch_bins`` gets a batch of its own, at the lowest frame count that
+    reaches the budget (down to ``fallback_frame_rate_hz`` and never below its
+    CTC minimum); if even that exceeds ``batch_bins``, ``oversized="warn"`` logs
+    a warning naming it (once) and ``"error"`` raises.
+
+    **Output.**  :meth:`batches_for_epoch` gives the batches (utterance ids,
+    in ``sort_in_batch`` order), in random order when ``shuffle`` (else by
+    length, ``sort_batch``); :meth:`frames_for_epoch` the planned ``T`` per
+    batch (``None``: a fallback batch, computed at the standard rate and padded);
+    :meth:`utt_frames_for_epoch` the planned frames per utterance, which the
+    iterator hands to the ``dynres`` frontend so the frontend computes exactly
+    the plan.  Every utterance is in exactly one batch of every epoch; the
+    plan of an epoch depends only on ``(seed, epoch)`` and the shape file.
+    ``__iter__`` gives the batches of the epoch last set with :meth:`set_epoch`
+    (default 1).
 
     Args:
-        batch_bins: frame budget per batch, ``B × T`` (feature frames).
+        batch_bins: frame budget per batch, ``B × T`` (feature frames); under DDP
+            the global budget, as ESPnet's ``batch_bins`` (each of ``W`` ranks gets
+            ``ceil(B / W) × T`` frames at most).
         shape_files: ESPnet shape files; the first gives samples per utterance.
         policy: the frame-rate policy shared with the ``dynres`` frontend.
-        min_batch_size: smallest batch (ESPnet passes the world size under DDP).
+        min_batch_size: smallest batch (the world size under DDP).
+        max_batch_size: largest batch (``None``: only the frame budget limits it).
         sort_in_batch: "descending" (ESPnet's default) or "ascending".
-        sort_batch: "ascending" or "descending" order of batches by length.
+        sort_batch: "ascending" or "descending" order of batches by length when
+            ``shuffle`` is False.
         drop_last: accepted for ESPnet compatibility; must be False (no
             utterance is dropped).
         utt2min_frames: optional fewest feature frames per utterance (CTC
             safety, see :func:`espnet_dynres.ctc_feasibility.min_feature_frames`).
+        seed: random seed (ESPnet's ``--seed``).
+        shuffle: redraw batches every epoch (training); False for validation.
+        shuffle_jitter: width of the random perturbation of log-duration, as a
+            fraction of ``log(max_frame_rate_hz / min_frame_rate_hz)`` (0 = sorted).
+        oversized: "warn" or "error" for an utterance over ``batch_bins`` alone.
 
     Raises:
-        ValueError: ``batch_bins < 1``, ``drop_last=True`` or bad sort options.
+        ValueError: ``batch_bins < 1``, ``max_batch_size < min_batch_size``,
+            ``drop_last=True``, bad sort/oversized options, a negative jitter, an
+            oversized utterance with ``oversized="error"`` (named, with the fix).
         RuntimeError: unreadable or inconsistent shape files.
     """
 
@@ -81,10 +122,15 @@ class DynResBatchSampler(AbsSampler):
         shape_files: Sequence[str],
         policy: FrameRatePolicy,
         min_batch_size: int = 1,
+        max_batch_size: Optional[int] = None,
         sort_in_batch: str = "descending",
         sort_batch: str = "ascending",
         drop_last: bool = False,
         utt2min_frames: Optional[Dict[str, int]] = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        shuffle_jitter: float = 0.5,
+        oversized: str = "warn",
     ):
         if batch_bins < 1:
             raise ValueError(f"batch_bins must be >= 1 frame, got {batch_bins}")
@@ -93,81 +139,187 @@ class DynResBatchSampler(AbsSampler):
         for name, value in (("sort_in_batch", sort_in_batch), ("sort_batch", sort_batch)):
             if value not in ("ascending", "descending"):
                 raise ValueError(f"{name} must be ascending or descending, got {value!r}")
+        if oversized not in OVERSIZED_ACTIONS:
+            raise ValueError(f"oversized must be one of {OVERSIZED_ACTIONS}, got {oversized!r}")
+        if shuffle_jitter < 0:
+            raise ValueError(f"shuffle_jitter must be >= 0, got {shuffle_jitter}")
+        self.min_batch_size = max(1, min_batch_size)
+        if max_batch_size is not None and max_batch_size < self.min_batch_size:
+            raise ValueError(
+                f"max_batch_size={max_batch_size} is below min_batch_size={self.min_batch_size} "
+                "(the world size under DDP); raise max_batch_size."
+            )
         self.batch_bins = batch_bins
+        self.max_batch_size = max_batch_size
         self.shape_files = list(shape_files)
         self.policy = policy
-        self.min_batch_size = max(1, min_batch_size)
         self.sort_in_batch = sort_in_batch
         self.sort_batch = sort_batch
+        self.seed = seed
+        self.shuffle = shuffle
+        self.shuffle_jitter = shuffle_jitter
+        self.oversized = oversized
+        self.epoch = 1
 
         self.utt2samples = read_speech_lengths(self.shape_files)
-        self.utt2min_frames = {
-            k: min(int((utt2min_frames or {}).get(k, 1)), policy.standard_frame_count(n))
-            for k, n in self.utt2samples.items()
-        }
-        self.batch_list, self.batch_frames = self._plan(self.utt2samples)
-        self.num_fallback_batches = sum(t is None for t in self.batch_frames)
+        self.keys: List[str] = list(self.utt2samples)
+        samples = np.array([self.utt2samples[k] for k in self.keys], dtype=np.int64)
+        self._samples = samples.tolist()
+        self._std = (1 + samples // policy.hop_length).tolist()
+        self._lo = [policy.frame_count_range(n)[0] for n in self._samples]
+        self._hi = [policy.frame_count_range(n)[1] for n in self._samples]
+        self._min = [
+            min(int((utt2min_frames or {}).get(k, 1)), s) for k, s in zip(self.keys, self._std)
+        ]
+        self._log_samples = np.log(np.maximum(samples, 1).astype(np.float64))
+        self._sorted = np.lexsort((np.arange(len(samples)), samples))  # by length, then file order
+        self._cache: Dict[int, Tuple[List[Tuple[str, ...]], List[Optional[int]], List[Tuple[int, ...]]]] = {}
+        self._warned: Set[str] = set()
+        self._plan(1)  # validate (oversized="error") at build time
 
-    def _plan(self, utt2samples: Dict[str, int]) -> Tuple[List[Tuple[str, ...]], List]:
-        keys = sorted(utt2samples, key=lambda k: (utt2samples[k], k))
-        batches: List[List[str]] = []
-        current: List[str] = []
-        lo, hi, total_std = 1, None, 0
-        need = 0  # largest utt2min_frames in the current batch
-        for key in keys:
-            n = utt2samples[key]
-            u_lo, u_hi = self.policy.frame_count_range(n)
-            if current:
-                size = len(current) + 1
-                t = self.policy.pick_frame_count(
-                    max(lo, u_lo), min(hi, u_hi), total_std + self.policy.standard_frame_count(n), size
-                )
-                fits = (
-                    t is not None
-                    and size * t <= self.batch_bins
-                    and t >= max(need, self.utt2min_frames[key])
-                )
-                if not fits and len(current) >= self.min_batch_size:
-                    batches.append(current)
-                    current, lo, hi, total_std, need = [], 1, None, 0, 0
-            current.append(key)
-            lo = max(lo, u_lo)
-            hi = u_hi if hi is None else min(hi, u_hi)
-            total_std += self.policy.standard_frame_count(n)
-            need = max(need, self.utt2min_frames[key])
-        if current:
-            if batches and len(current) < self.min_batch_size:
-                batches[-1].extend(current)  # too few left for a batch of their own
-            else:
-                batches.append(current)
+    # ------------------------------------------------------------- public
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch that ``__iter__`` / ``__len__`` refer to (1-based)."""
+        self.epoch = int(epoch)
 
-        frames: List = []
-        for batch in batches:
-            counts, fallback = self.policy.batch_frame_counts([utt2samples[k] for k in batch])
-            t = None if fallback else counts[0]
-            if len(batch) == 1 and t > self.batch_bins:
-                logging.warning(
-                    f"utterance {batch[0]} alone needs {t} frames > batch_bins={self.batch_bins}; "
-                    "it gets a batch of its own (raise batch_bins or split the recording)."
-                )
-            frames.append(t)
+    def batches_for_epoch(self, epoch: int) -> List[Tuple[str, ...]]:
+        """The batches (tuples of utterance ids) of ``epoch``; deterministic in ``(seed, epoch)``."""
+        return list(self._plan(epoch)[0])
 
-        if self.sort_in_batch == "descending":
-            batches = [b[::-1] for b in batches]
-        if self.sort_batch == "descending":
-            batches.reverse()
-            frames.reverse()
-        return [tuple(b) for b in batches], frames
+    def frames_for_epoch(self, epoch: int) -> List[Optional[int]]:
+        """Planned ``T`` per batch of ``epoch``; ``None`` for a fallback batch (standard rate, padded)."""
+        return list(self._plan(epoch)[1])
+
+    def utt_frames_for_epoch(self, epoch: int) -> List[Tuple[int, ...]]:
+        """Planned feature frames per utterance, batch by batch (aligned with :meth:`batches_for_epoch`)."""
+        return list(self._plan(epoch)[2])
+
+    def num_fallback_batches_for_epoch(self, epoch: int) -> int:
+        """How many batches of ``epoch`` are fallback batches (padded at the standard rate)."""
+        return sum(t is None for t in self._plan(epoch)[1])
+
+    @property
+    def batch_list(self) -> List[Tuple[str, ...]]:
+        return self.batches_for_epoch(self.epoch)
+
+    @property
+    def batch_frames(self) -> List[Optional[int]]:
+        return self.frames_for_epoch(self.epoch)
+
+    @property
+    def num_fallback_batches(self) -> int:
+        return self.num_fallback_batches_for_epoch(self.epoch)
+
+    def generate(self, seed: int) -> List[Tuple[str, ...]]:
+        """ESPnet's ``AbsSampler.generate``: ``seed`` is ``epoch + self.seed`` as ESPnet's iterators pass it."""
+        return self.batches_for_epoch(seed - self.seed)
 
     def __repr__(self) -> str:
         return (
-            f"{self.__class__.__name__}(N-batch={len(self)}, batch_bins={self.batch_bins}, "
+            f"{self.__class__.__name__}(N-batch={len(self)} (epoch {self.epoch}), batch_bins={self.batch_bins}, "
             f"frame rates {self.policy.min_frame_rate_hz:g}-{self.policy.max_frame_rate_hz:g} Hz, "
-            f"fallback batches={self.num_fallback_batches})"
+            f"shuffle={self.shuffle}, fallback batches={self.num_fallback_batches})"
         )
 
     def __len__(self) -> int:
-        return len(self.batch_list)
+        return len(self._plan(self.epoch)[0])
 
     def __iter__(self) -> Iterator[Tuple[str, ...]]:
-        return iter(self.batch_list)
+        return iter(self.batches_for_epoch(self.epoch))
+
+    # ------------------------------------------------------------ planning
+    def _order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle or self.shuffle_jitter == 0:
+            return self._sorted
+        rng = np.random.default_rng([self.seed, epoch])
+        width = self.shuffle_jitter * math.log(self.policy.max_frame_rate_hz / self.policy.min_frame_rate_hz)
+        key = self._log_samples + rng.uniform(0.0, width, size=len(self._log_samples))
+        return np.lexsort((np.arange(len(key)), key))
+
+    def _group(self, order: np.ndarray) -> List[List[int]]:
+        """Greedy grouping of utterance indices in ``order`` (rules (a)–(d) of the class docstring)."""
+        pick = self.policy.pick_frame_count
+        budget, max_bs, min_bs = self.batch_bins, self.max_batch_size or math.inf, self.min_batch_size
+        lo_, hi_, std_, min_ = self._lo, self._hi, self._std, self._min
+        batches: List[List[int]] = []
+        current: List[int] = []
+        lo, hi, total_std, need = 1, None, 0, 0
+        for i in order.tolist():
+            if current:
+                size = len(current) + 1
+                new_lo, new_hi, new_need = max(lo, lo_[i]), min(hi, hi_[i]), max(need, min_[i])
+                t = pick(new_lo, new_hi, total_std + std_[i], size) if new_lo <= new_hi else None
+                fits = t is not None and size * t <= budget and size <= max_bs and t >= new_need
+                if not fits and len(current) >= min_bs:
+                    batches.append(current)
+                    current, lo, hi, total_std, need = [], 1, None, 0, 0
+            current.append(i)
+            lo = max(lo, lo_[i])
+            hi = hi_[i] if hi is None else min(hi, hi_[i])
+            total_std += std_[i]
+            need = max(need, min_[i])
+        if current:
+            if batches and len(current) < min_bs:
+                # Too few left: rebalance with the batch before so both keep min_batch_size.
+                prev = batches.pop()
+                merged = prev + current
+                if len(merged) >= 2 * min_bs:
+                    batches.extend([merged[: len(merged) - min_bs], merged[len(merged) - min_bs :]])
+                else:
+                    batches.append(merged)
+            else:
+                batches.append(current)
+        return batches
+
+    def _frames(self, batch: List[int], epoch: int) -> Tuple[Optional[int], Tuple[int, ...]]:
+        """Planned ``T`` (``None`` = fallback) and frames per utterance of one batch."""
+        lengths = [self._samples[i] for i in batch]
+        counts, fallback = self.policy.batch_frame_counts(lengths, epoch=epoch)
+        if fallback:
+            return None, tuple(counts)
+        t = counts[0]
+        if len(batch) == 1 and t > self.batch_bins:
+            i = batch[0]
+            lowest = self.policy.frame_count_range(lengths[0], self.policy.fallback_frame_rate_hz)[0]
+            t = max(lowest, self._min[i], min(t, self.batch_bins))
+            if t > self.batch_bins:
+                key = self.keys[i]
+                message = (
+                    f"utterance {key} ({lengths[0] / self.policy.fs:.1f} s) needs {t} frames even at "
+                    f"{self.policy.fallback_frame_rate_hz:g} Hz, more than batch_bins={self.batch_bins}"
+                )
+                if self.oversized == "error":
+                    raise ValueError(message + "; raise batch_bins, split the recording, or set oversized: warn.")
+                if key not in self._warned:
+                    self._warned.add(key)
+                    logging.warning(message + "; it gets a batch of its own (raise batch_bins or split the recording).")
+        return t, (t,) * len(batch)
+
+    def _plan(self, epoch: int):
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if epoch in self._cache:
+            return self._cache[epoch]
+        samples = self._samples
+        groups = [sorted(g, key=lambda i: (samples[i], i)) for g in self._group(self._order(epoch))]
+        planned = [self._frames(g, epoch) for g in groups]
+        if self.shuffle:
+            perm = np.random.default_rng([self.seed, epoch, 1]).permutation(len(groups)).tolist()
+        else:
+            perm = list(range(len(groups)))
+            if self.sort_batch == "descending":
+                perm.reverse()
+        batches, frames, utt_frames = [], [], []
+        for j in perm:
+            group = groups[j]
+            t, per_utt = planned[j]
+            if self.sort_in_batch == "descending":
+                group, per_utt = group[::-1], per_utt[::-1]
+            batches.append(tuple(self.keys[i] for i in group))
+            frames.append(t)
+            utt_frames.append(tuple(per_utt))
+        if len(self._cache) >= 4:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[epoch] = (batches, frames, utt_frames)
+        return self._cache[epoch]

@@ -1,54 +1,132 @@
+"""Invariants of ``batch_type: dynres`` over random duration lists (hypothesis)."""
+
 import collections
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from espnet_dynres.frame_rate_context import planned_frames
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import write_shape_files
 
 POLICY = FrameRatePolicy()
-durations_sec = st.lists(st.floats(min_value=0.05, max_value=120.0), min_size=1, max_size=300)
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+durations_sec = st.lists(st.floats(min_value=0.05, max_value=120.0), min_size=1, max_size=150)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(durations=durations_sec, batch_bins=st.integers(min_value=50, max_value=20000))
-def test_each_utterance_once_and_budget_kept(tmp_path, durations, batch_bins):
+def build(tmp_path, durations, **kwargs):
     shape_files, utt2samples = write_shape_files(tmp_path, [int(d * 16000) for d in durations])
-    sampler = DynResBatchSampler(batch_bins=batch_bins, shape_files=shape_files, policy=POLICY)
-    counts = collections.Counter(k for batch in sampler for k in batch)
+    return DynResBatchSampler(shape_files=shape_files, policy=POLICY, **kwargs), utt2samples
+
+
+def lone_frames(num_samples, batch_bins):
+    """What the class docstring promises for a lone utterance over the budget."""
+    rule = POLICY.standard_frame_count(num_samples)
+    lowest = POLICY.frame_count_range(num_samples, POLICY.fallback_frame_rate_hz)[0]
+    return rule if rule <= batch_bins else max(lowest, batch_bins)
+
+
+@FAST
+@given(durations=durations_sec, batch_bins=st.integers(50, 20000), epoch=st.integers(1, 6), seed=st.integers(0, 9))
+def test_each_utterance_once_per_epoch_and_budget_kept(tmp_path, durations, batch_bins, epoch, seed):
+    sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, seed=seed)
+    batches, frames = sampler.batches_for_epoch(epoch), sampler.frames_for_epoch(epoch)
+    counts = collections.Counter(k for batch in batches for k in batch)
     assert set(counts) == set(utt2samples) and set(counts.values()) == {1}
-    for batch, planned in zip(sampler, sampler.batch_frames):
+    for batch, planned in zip(batches, frames):
         lengths = [utt2samples[k] for k in batch]
-        assert planned == POLICY.common_frame_count(lengths)
         assert planned is not None  # min_batch_size=1: every batch has a common T
-        assert len(batch) * planned <= batch_bins or len(batch) == 1
+        if len(batch) == 1:
+            assert planned == lone_frames(lengths[0], batch_bins)
+        else:
+            assert planned == POLICY.common_frame_count(lengths)
+            assert len(batch) * planned <= batch_bins  # hard budget: only a lone utterance may exceed it
 
 
-def test_batches_are_not_padded_and_frontend_agrees(tmp_path):
-    # A long-tailed corpus: 0.2 s to 30 s.
-    durations = [0.2 * 1.03**i for i in range(170)]
-    shape_files, utt2samples = write_shape_files(tmp_path, [int(d * 16000) for d in durations])
-    sampler = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=POLICY)
-    frontend = DynResFrontend()
-    import torch
+@FAST
+@given(durations=st.lists(st.floats(1.0, 1.8), min_size=40, max_size=120), batch_bins=st.integers(1000, 3000),
+       seed=st.integers(0, 9))
+def test_same_seed_and_epoch_same_batches_other_epoch_other_batches(tmp_path, durations, batch_bins, seed):
+    # Durations within the clamp's 130/70 ratio, so any two utterances may share a batch and the
+    # partition is free to change (with forced groups, e.g. 0.5 s next to 1 s clips, it may not).
+    a, _ = build(tmp_path, durations, batch_bins=batch_bins, seed=seed)
+    b, _ = build(tmp_path, durations, batch_bins=batch_bins, seed=seed)
+    assert a.batches_for_epoch(3) == b.batches_for_epoch(3)
+    assert a.utt_frames_for_epoch(3) == b.utt_frames_for_epoch(3)
+    # A fresh draw each epoch: 40+ utterances in >= 3 budget-limited batches.
+    composition = [set(map(frozenset, a.batches_for_epoch(e))) for e in (1, 2, 3, 4)]
+    assert len({frozenset(c) for c in composition}) > 1
 
-    for batch, planned in zip(sampler, sampler.batch_frames):
+
+@FAST
+@given(durations=durations_sec, batch_bins=st.integers(50, 20000), world_size=st.sampled_from([2, 3]),
+       epoch=st.integers(1, 4))
+def test_ddp_min_batch_size(tmp_path, durations, batch_bins, world_size, epoch):
+    sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, min_batch_size=world_size)
+    batches = sampler.batches_for_epoch(epoch)
+    assert sorted(k for b in batches for k in b) == sorted(utt2samples)
+    if len(utt2samples) >= world_size:
+        assert min(len(b) for b in batches) >= world_size  # every rank gets >= 1 utterance
+    for batch, planned in zip(batches, sampler.frames_for_epoch(epoch)):
+        if planned is not None and len(batch) * planned > batch_bins:
+            assert len(batch) < 2 * world_size  # only forced batches (<= 1 utterance per rank + leftovers)
+
+
+def test_validation_batches_are_fixed_and_sorted(tmp_path):
+    sampler, utt2samples = build(tmp_path, [0.5 + 0.1 * i for i in range(60)], batch_bins=1500, shuffle=False)
+    assert sampler.batches_for_epoch(1) == sampler.batches_for_epoch(2)
+    longest = [max(utt2samples[k] for k in b) for b in sampler.batches_for_epoch(1)]
+    assert longest == sorted(longest)
+
+
+def test_max_batch_size(tmp_path):
+    sampler, _ = build(tmp_path, [1.0] * 50, batch_bins=100000, max_batch_size=7)
+    assert max(len(b) for b in sampler.batches_for_epoch(1)) == 7
+    with pytest.raises(ValueError, match="max_batch_size"):
+        build(tmp_path, [1.0], batch_bins=100, max_batch_size=1, min_batch_size=2)
+
+
+def test_oversized_utterance_is_lowered_then_warned_or_refused(tmp_path, caplog):
+    # 60 s: 6001 standard frames; at 50 Hz 3001.
+    sampler, _ = build(tmp_path, [60.0, 1.0], batch_bins=4000)
+    assert sorted(sampler.frames_for_epoch(1)) == [101, 4000]  # lowered to the budget, no warning needed
+    assert "utt000000" not in caplog.text
+    sampler, _ = build(tmp_path, [60.0, 1.0], batch_bins=2000)
+    assert 3001 in sampler.frames_for_epoch(1) and "utt000000" in caplog.text
+    with pytest.raises(ValueError, match="utt000000.*batch_bins=2000"):
+        build(tmp_path, [60.0, 1.0], batch_bins=2000, oversized="error")
+
+
+def test_frontend_computes_the_planned_frames(tmp_path):
+    # A long-tailed corpus, 0.2 s to 30 s, plus one oversized recording lowered to the budget.
+    durations = [0.2 * 1.03**i for i in range(170)] + [90.0]
+    sampler, utt2samples = build(tmp_path, durations, batch_bins=4000)
+    frontend = DynResFrontend().train()
+    checked = 0
+    for batch, per_utt in zip(sampler.batches_for_epoch(2), sampler.utt_frames_for_epoch(2)):
+        if sum(utt2samples[k] for k in batch) > 16000 * 15 and len(batch) > 1:
+            continue  # keep the test fast: the frame counts matter, not the audio
         lengths = torch.tensor([utt2samples[k] for k in batch])
-        feats_lengths, fallback = frontend.frame_counts(lengths)
-        assert not fallback
-        assert feats_lengths.tolist() == [planned] * len(batch)
-    assert sampler.num_fallback_batches == 0
+        speech = torch.randn(len(batch), int(lengths.max())) * 0.1
+        with planned_frames(torch.tensor(per_utt)):
+            feats, feats_lengths = frontend(speech, lengths)
+        assert feats_lengths.tolist() == list(per_utt)
+        assert feats.shape[1] == per_utt[0]
+        checked += 1
+    assert checked > 10 and sampler.num_fallback_batches_for_epoch(2) == 0
     assert len(sampler) < len(durations)  # it does batch
 
 
-def test_min_batch_size_is_honoured(tmp_path):
-    shape_files, _ = write_shape_files(tmp_path, [16000 * (1 + i) for i in range(9)])
-    sampler = DynResBatchSampler(batch_bins=100, shape_files=shape_files, policy=POLICY, min_batch_size=2)
-    sizes = [len(b) for b in sampler]
-    assert min(sizes) >= 2 and sum(sizes) == 9
+def test_frontend_refuses_a_plan_it_cannot_produce():
+    frontend = DynResFrontend().train()
+    lengths = torch.tensor([16000, 8000])
+    with planned_frames(torch.tensor([101, 101])):  # 0.5 s cannot take 101 frames (max 66 at 130 Hz)
+        with pytest.raises(ValueError, match="same frontend_conf"):
+            frontend(torch.zeros(2, 16000), lengths)
 
 
 def test_mismatched_shape_files_name_the_keys(tmp_path):
@@ -65,3 +143,5 @@ def test_bad_options_are_rejected(tmp_path):
         DynResBatchSampler(batch_bins=0, shape_files=shape_files, policy=POLICY)
     with pytest.raises(ValueError, match="drop_last"):
         DynResBatchSampler(batch_bins=10, shape_files=shape_files, policy=POLICY, drop_last=True)
+    with pytest.raises(ValueError, match="oversized"):
+        DynResBatchSampler(batch_bins=10, shape_files=shape_files, policy=POLICY, oversized="ignore")

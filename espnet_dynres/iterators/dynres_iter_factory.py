@@ -1,0 +1,160 @@
+"""Iterator factory for ``batch_type: dynres``: a fresh batch plan every epoch, sharded for DDP."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch.utils.data import DataLoader
+
+from espnet2.iterators.abs_iter_factory import AbsIterFactory
+from espnet2.iterators.sequence_iter_factory import worker_init_fn
+
+from espnet_dynres.frame_rate_context import SPEECH_FRAMES_KEY, set_epoch
+from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
+
+PlannedItem = Tuple[str, int]  # (utterance id, planned feature frames)
+
+
+class PlannedFramesDataset(torch.utils.data.Dataset):
+    """Wraps ESPnet's dataset: item ``(uid, frames)`` → ``(uid, data)`` with the plan in ``data``."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __getitem__(self, item: PlannedItem):
+        uid, frames = item
+        uid, data = self.dataset[uid]
+        data = dict(data)
+        data[SPEECH_FRAMES_KEY] = int(frames)
+        return uid, data
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+
+class PlannedFramesCollate:
+    """ESPnet's collate function, plus the batch key ``speech_frames`` ``(B,)`` int64."""
+
+    def __init__(self, collate_fn: Optional[Callable]):
+        self.collate_fn = collate_fn
+
+    def __call__(self, items: Sequence[Tuple[str, Dict[str, Any]]]):
+        frames = [data[SPEECH_FRAMES_KEY] for _, data in items]
+        items = [(uid, {k: v for k, v in data.items() if k != SPEECH_FRAMES_KEY}) for uid, data in items]
+        if self.collate_fn is None:
+            raise ValueError("the dynres iterator needs ESPnet's collate function (CommonCollateFn)")
+        uids, batch = self.collate_fn(items)
+        batch[SPEECH_FRAMES_KEY] = torch.tensor(frames, dtype=torch.long)
+        return uids, batch
+
+
+class DynResIterFactory(AbsIterFactory):
+    """Builds each epoch's ``DataLoader`` from the sampler's plan for that epoch.
+
+    * Training (``train=True``): epoch ``e`` uses
+      :meth:`DynResBatchSampler.batches_for_epoch` ``(e)`` — new composition and
+      order, deterministic in ``(seed, e)``, so ``--resume true`` rebuilds the
+      same epoch.  Every item carries its planned frame count, which reaches the
+      model as batch key ``speech_frames`` ``(B,)`` int64.
+    * With ``num_iters_per_epoch = n``: the epochs' plans are concatenated into
+      one stream (plan 1, plan 2, ...) and epoch ``e`` takes stream items
+      ``(e - 1) n`` to ``e n - 1``; every utterance is still seen exactly once per
+      plan.
+    * Validation (``train=False``): the sampler's fixed sorted batches, no plan
+      key (the frontend runs at the standard rate in eval mode).
+    * DDP: every batch is split ``batch[rank::world_size]`` (the sampler gives
+      every batch ``>= world_size`` utterances), so every rank gets the same
+      number of batches and the same ``T``; ``batch_bins`` is the global budget.
+
+    Args:
+        dataset: ESPnet's ``ESPnetDataset`` holding every utterance of the sampler.
+        sampler: the ``dynres`` batch sampler.
+        train: training (planned, redrawn every epoch) or validation.
+        num_iters_per_epoch: ESPnet's ``--num_iters_per_epoch`` (``None``: one plan per epoch).
+        num_batches: keep only the first ``num_batches`` batches of each plan.
+        rank, world_size: this process's DDP rank and the world size.
+        seed: ESPnet's ``--seed`` (DataLoader worker seeds, as ESPnet).
+        num_workers, pin_memory: DataLoader options.
+        collate_fn: ESPnet's collate function.
+    """
+
+    def __init__(
+        self,
+        dataset,
+        sampler: DynResBatchSampler,
+        train: bool,
+        num_iters_per_epoch: Optional[int] = None,
+        num_batches: Optional[int] = None,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        collate_fn: Optional[Callable] = None,
+    ):
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world_size {world_size}")
+        if num_iters_per_epoch is not None and num_iters_per_epoch < 1:
+            raise ValueError(f"num_iters_per_epoch must be >= 1, got {num_iters_per_epoch}")
+        self.dataset = dataset
+        self.sampler = sampler
+        self.train = train
+        self.num_iters_per_epoch = num_iters_per_epoch
+        self.num_batches = num_batches
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.collate_fn = collate_fn
+
+    def plan_items(self, plan: int) -> List[List[PlannedItem]]:
+        """Global batches of plan ``plan`` as ``(uid, frames)`` items, before sharding."""
+        batches = self.sampler.batches_for_epoch(plan)
+        frames = self.sampler.utt_frames_for_epoch(plan)
+        items = [list(zip(b, f)) for b, f in zip(batches, frames)]
+        return items if self.num_batches is None else items[: self.num_batches]
+
+    def epoch_items(self, epoch: int) -> List[List[PlannedItem]]:
+        """The global batches of training epoch ``epoch`` (1-based), before sharding."""
+        n = self.num_iters_per_epoch
+        if n is None:
+            return self.plan_items(epoch)
+        start, plan, out = (epoch - 1) * n, 1, []
+        items = self.plan_items(plan)
+        if not items:
+            raise ValueError("the dynres sampler planned no batches (num_batches 0 or no utterances)")
+        while start >= len(items):  # skip whole plans before this epoch's first item
+            start -= len(items)
+            plan += 1
+            items = self.plan_items(plan)
+        while len(out) < n:
+            take = items[start : start + n - len(out)]
+            out.extend(take)
+            start = 0
+            plan += 1
+            items = self.plan_items(plan)
+        return out
+
+    def build_iter(self, epoch: int, shuffle: Optional[bool] = None) -> DataLoader:
+        set_epoch(epoch)
+        common = dict(
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            worker_init_fn=functools.partial(worker_init_fn, base_seed=epoch + self.seed),
+        )
+        if not self.train:
+            batches = self.sampler.batches_for_epoch(1)
+            if self.num_batches is not None:
+                batches = batches[: self.num_batches]
+            batches = [list(b[self.rank :: self.world_size]) for b in batches]
+            return DataLoader(self.dataset, batch_sampler=batches, collate_fn=self.collate_fn, **common)
+        batches = [b[self.rank :: self.world_size] for b in self.epoch_items(epoch)]
+        return DataLoader(
+            PlannedFramesDataset(self.dataset),
+            batch_sampler=batches,
+            collate_fn=PlannedFramesCollate(self.collate_fn),
+            **common,
+        )
