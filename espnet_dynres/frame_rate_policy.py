@@ -136,6 +136,24 @@ class FrameRatePolicy:
         hi = 1 + math.floor(n * self.max_frame_rate_hz / self.fs + 1e-9)
         return lo, hi
 
+    def frame_count_ranges(self, num_samples, min_rate_hz: Optional[float] = None):
+        """:meth:`frame_count_range` for a whole array at once (numpy; same arithmetic).
+
+        Args:
+            num_samples: ``(N,)`` int samples per utterance (array-like).
+            min_rate_hz: as in :meth:`frame_count_range`.
+
+        Returns:
+            ``(lo (N,) int64, hi (N,) int64)`` frames.
+        """
+        import numpy as np
+
+        n = np.asarray(num_samples, dtype=np.int64)
+        low_rate = self.min_frame_rate_hz if min_rate_hz is None else min_rate_hz
+        lo = 1 + np.floor(n * low_rate / self.fs + 1e-9).astype(np.int64)
+        hi = 1 + np.floor(n * self.max_frame_rate_hz / self.fs + 1e-9).astype(np.int64)
+        return lo, hi
+
     def common_frame_count(
         self, num_samples: Sequence[int], min_rate_hz: Optional[float] = None, epoch: Optional[int] = None
     ) -> Optional[int]:
@@ -173,7 +191,7 @@ class FrameRatePolicy:
         if hi is None or lo > hi:
             return None
         target = int(math.floor(sum_standard_frames / batch_size + 0.5))
-        t = min(max(target, lo), hi)
+        t = lo if target < lo else (hi if target > hi else target)  # clip (the sampler calls this per utterance)
         if epoch is not None and self.curriculum_epochs > 0 and epoch <= self.curriculum_epochs:
             progress = (max(epoch, 1) - 1) / self.curriculum_epochs  # 0 at epoch 1
             t = lo + int(math.floor((t - lo) * progress))

@@ -109,3 +109,11 @@ def test_fallback_rule_relaxes_the_lower_limit_then_pads():
     # 1 s and 4 s: no common T even at 50 Hz -> standard rate, padded.
     counts, fallback = POLICY.batch_frame_counts([16000, 64000])
     assert fallback and counts == [101, 401]
+
+
+@settings(max_examples=50, deadline=None)
+@given(samples=st.lists(st.integers(0, 10**8), min_size=1, max_size=50), low=st.sampled_from([None, 50.0, 70.0]))
+def test_vectorized_frame_count_ranges_equal_the_scalar_ones(samples, low):
+    policy = FrameRatePolicy()
+    lo, hi = policy.frame_count_ranges(samples, low)
+    assert [(int(a), int(b)) for a, b in zip(lo, hi)] == [policy.frame_count_range(n, low) for n in samples]

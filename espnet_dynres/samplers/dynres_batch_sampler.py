@@ -28,11 +28,11 @@ def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
     """
     if len(shape_files) == 0:
         raise RuntimeError("batch_type dynres needs at least one shape file (speech_shape)")
-    shapes = [load_num_sequence_text(s, loader_type="csv_int") for s in shape_files]
-    first = shapes[0]
+    first = _read_first_column(shape_files[0])
     if len(first) == 0:
         raise RuntimeError(f"0 lines found in shape file {shape_files[0]}")
-    for path, d in zip(shape_files[1:], shapes[1:]):
+    for path in shape_files[1:]:
+        d = load_num_sequence_text(path, loader_type="csv_int")  # other shape files: keys only
         if set(d) != set(first):
             missing = sorted(set(first) - set(d))[:5]
             extra = sorted(set(d) - set(first))[:5]
@@ -40,7 +40,29 @@ def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
                 f"shape files disagree: {path} lacks {missing} and has extra {extra} "
                 f"compared with {shape_files[0]}; re-run collect-stats (stage 10) for this data dir."
             )
-    return {k: int(v[0]) for k, v in first.items()}
+    return first
+
+
+def _read_first_column(path: str) -> Dict[str, int]:
+    """``utt_id N[,C...]`` lines → ``{utt_id: N}``; ESPnet's format, read in one pass.
+
+    Raises:
+        RuntimeError: a malformed line or a repeated key, naming the file and line.
+    """
+    out: Dict[str, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split(maxsplit=1)
+            if not parts:
+                continue
+            try:
+                key, value = parts[0], int(parts[1].split(",", 1)[0])
+            except (IndexError, ValueError):
+                raise RuntimeError(f"{path}:{lineno}: expected 'utt_id N[,C]', got {line.rstrip()!r}") from None
+            if key in out:
+                raise RuntimeError(f"{path}:{lineno}: utterance {key} appears twice; rebuild the shape file")
+            out[key] = value
+    return out
 
 
 class DynResBatchSampler(AbsSampler):
@@ -165,9 +187,11 @@ class DynResBatchSampler(AbsSampler):
         self.keys: List[str] = list(self.utt2samples)
         samples = np.array([self.utt2samples[k] for k in self.keys], dtype=np.int64)
         self._samples = samples.tolist()
+        self._samples_arr = samples
         self._std = (1 + samples // policy.hop_length).tolist()
-        self._lo = [policy.frame_count_range(n)[0] for n in self._samples]
-        self._hi = [policy.frame_count_range(n)[1] for n in self._samples]
+        lo, hi = policy.frame_count_ranges(samples)
+        self._lo_arr, self._hi_arr, self._std_arr = lo, hi, 1 + samples // policy.hop_length
+        self._lo, self._hi = lo.tolist(), hi.tolist()
         self._min = [
             min(int((utt2min_frames or {}).get(k, 1)), s) for k, s in zip(self.keys, self._std)
         ]
@@ -244,20 +268,29 @@ class DynResBatchSampler(AbsSampler):
         batches: List[List[int]] = []
         current: List[int] = []
         lo, hi, total_std, need = 1, None, 0, 0
+        # Plain comparisons instead of min()/max() calls: this loop runs once per utterance
+        # (1M utterances in a few seconds).
         for i in order.tolist():
+            u_lo, u_hi, u_min = lo_[i], hi_[i], min_[i]
             if current:
                 size = len(current) + 1
-                new_lo, new_hi, new_need = max(lo, lo_[i]), min(hi, hi_[i]), max(need, min_[i])
+                new_lo = lo if lo > u_lo else u_lo
+                new_hi = hi if hi < u_hi else u_hi
+                new_need = need if need > u_min else u_min
                 t = pick(new_lo, new_hi, total_std + std_[i], size) if new_lo <= new_hi else None
                 fits = t is not None and size * t <= budget and size <= max_bs and t >= new_need
-                if not fits and len(current) >= min_bs:
-                    batches.append(current)
-                    current, lo, hi, total_std, need = [], 1, None, 0, 0
-            current.append(i)
-            lo = max(lo, lo_[i])
-            hi = hi_[i] if hi is None else min(hi, hi_[i])
-            total_std += std_[i]
-            need = max(need, min_[i])
+                if fits:
+                    current.append(i)
+                    lo, hi, need = new_lo, new_hi, new_need
+                    total_std += std_[i]
+                    continue
+                if size - 1 < min_bs:  # forced: too few utterances to close the batch
+                    current.append(i)
+                    lo, hi, need = new_lo, new_hi, new_need
+                    total_std += std_[i]
+                    continue
+                batches.append(current)
+            current, lo, hi, total_std, need = [i], u_lo, u_hi, std_[i], u_min
         if current:
             if batches and len(current) < min_bs:
                 # Too few left: rebalance with the batch before so both keep min_batch_size.
@@ -271,21 +304,48 @@ class DynResBatchSampler(AbsSampler):
                 batches.append(current)
         return batches
 
-    def _frames(self, batch: List[int], epoch: int) -> Tuple[Optional[int], Tuple[int, ...]]:
-        """Planned ``T`` (``None`` = fallback) and frames per utterance of one batch."""
-        lengths = [self._samples[i] for i in batch]
-        counts, fallback = self.policy.batch_frame_counts(lengths, epoch=epoch)
-        if fallback:
-            return None, tuple(counts)
-        t = counts[0]
+    def _sort_members(self, groups: List[List[int]]) -> List[List[int]]:
+        """Each group's members by length (ascending; ties by file order), in one numpy sort."""
+        sizes = np.array([len(g) for g in groups], dtype=np.int64)
+        flat = np.fromiter((i for g in groups for i in g), dtype=np.int64, count=int(sizes.sum()))
+        gid = np.repeat(np.arange(len(groups)), sizes)
+        flat = flat[np.lexsort((flat, self._samples_arr[flat], gid))]
+        bounds = np.cumsum(sizes).tolist()
+        flat_list = flat.tolist()
+        return [flat_list[a:b] for a, b in zip([0] + bounds[:-1], bounds)]
+
+    def _group_ranges(self, groups: List[List[int]]) -> Tuple[List[int], List[int], List[int]]:
+        """Per group: the intersection ``(lo, hi)`` of the members' frame-count ranges and their
+        summed standard frame counts — the inputs of the policy's batch rule, vectorized."""
+        flat = np.fromiter((i for g in groups for i in g), dtype=np.int64)
+        starts = np.cumsum([0] + [len(g) for g in groups[:-1]])
+        lo = np.maximum.reduceat(self._lo_arr[flat], starts)
+        hi = np.minimum.reduceat(self._hi_arr[flat], starts)
+        std = np.add.reduceat(self._std_arr[flat], starts)
+        return lo.tolist(), hi.tolist(), std.tolist()
+
+    def _frames(self, batch: List[int], epoch: int, lo: int, hi: int, total_std: int) -> Tuple[Optional[int], Tuple[int, ...]]:
+        """Planned ``T`` (``None`` = fallback) and frames per utterance of one batch.
+
+        ``lo``, ``hi``, ``total_std`` come from :meth:`_group_ranges`; rule 1 of
+        :class:`FrameRatePolicy` is applied to them directly, the fallback rules
+        (2–3) through :meth:`FrameRatePolicy.batch_frame_counts`.
+        """
+        t = self.policy.pick_frame_count(lo, hi, total_std, len(batch), epoch)
+        if t is None:
+            lengths = [self._samples[i] for i in batch]
+            counts, fallback = self.policy.batch_frame_counts(lengths, epoch=epoch)
+            if fallback:
+                return None, tuple(counts)
+            t = counts[0]
         if len(batch) == 1 and t > self.batch_bins:
             i = batch[0]
-            lowest = self.policy.frame_count_range(lengths[0], self.policy.fallback_frame_rate_hz)[0]
+            lowest = self.policy.frame_count_range(self._samples[i], self.policy.fallback_frame_rate_hz)[0]
             t = max(lowest, self._min[i], min(t, self.batch_bins))
             if t > self.batch_bins:
                 key = self.keys[i]
                 message = (
-                    f"utterance {key} ({lengths[0] / self.policy.fs:.1f} s) needs {t} frames even at "
+                    f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {t} frames even at "
                     f"{self.policy.fallback_frame_rate_hz:g} Hz, more than batch_bins={self.batch_bins}"
                 )
                 if self.oversized == "error":
@@ -301,9 +361,9 @@ class DynResBatchSampler(AbsSampler):
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         if epoch in self._cache:
             return self._cache[epoch]
-        samples = self._samples
-        groups = [sorted(g, key=lambda i: (samples[i], i)) for g in self._group(self._order(epoch))]
-        planned = [self._frames(g, epoch) for g in groups]
+        groups = self._sort_members(self._group(self._order(epoch)))
+        ranges = self._group_ranges(groups)
+        planned = [self._frames(g, epoch, lo, hi, std) for g, lo, hi, std in zip(groups, *ranges)]
         if self.shuffle:
             perm = np.random.default_rng([self.seed, epoch, 1]).permutation(len(groups)).tolist()
         else:

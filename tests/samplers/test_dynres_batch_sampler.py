@@ -145,3 +145,13 @@ def test_bad_options_are_rejected(tmp_path):
         DynResBatchSampler(batch_bins=10, shape_files=shape_files, policy=POLICY, drop_last=True)
     with pytest.raises(ValueError, match="oversized"):
         DynResBatchSampler(batch_bins=10, shape_files=shape_files, policy=POLICY, oversized="ignore")
+
+
+def test_shape_file_errors_name_the_line(tmp_path):
+    bad = tmp_path / "speech_shape"
+    bad.write_text("utt1 16000\nutt1 8000\n")
+    with pytest.raises(RuntimeError, match="speech_shape:2: utterance utt1 appears twice"):
+        DynResBatchSampler(batch_bins=1000, shape_files=[str(bad)], policy=POLICY)
+    bad.write_text("utt1 16000\nutt2 abc\n")
+    with pytest.raises(RuntimeError, match="speech_shape:2: expected"):
+        DynResBatchSampler(batch_bins=1000, shape_files=[str(bad)], policy=POLICY)
