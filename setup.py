@@ -27,7 +27,11 @@ setup(
         "numpy",
         "pyyaml",
     ],
-    extras_require={"test": ["pytest", "hypothesis"]},
+    extras_require={
+        "test": ["pytest", "hypothesis"],
+        # benchmarks/sampler_benchmark.py compares against lhotse's DynamicBucketingSampler.
+        "bench": ["lhotse"],
+    },
     entry_points={
         "console_scripts": [
             # A drop-in for ``python`` in ESPnet's asr.sh (``--python espnet_dynres_python``).

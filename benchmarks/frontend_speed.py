@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
 """Forward time of the dynres frontend (hop, resample) versus ESPnet's DefaultFrontend.
 
-Usage: python benchmarks/frontend_speed.py [--repeats 10] [--device cpu|cuda]
+Usage: python benchmarks/frontend_speed.py [--repeats 10] [--warmup 2] [--threads 2] [--device cpu|cuda]
 
-Identical real batches (FSDD digits, 16 kHz) go through each frontend in turn,
-interleaved, in one run; the reported figure is the ratio of median times to
-DefaultFrontend's.  ``dynres`` runs in training mode (autograd on, the dynamic
-path); DefaultFrontend computes the same batch at 100 Hz.  Writes a Markdown
-table to stdout.
+Identical real batches (FSDD digits, 16 kHz, zero-padded as ESPnet's collate
+pads them) go through each frontend in turn, interleaved, in one run, after
+``--warmup`` untimed rounds; the figures are medians over ``repeats x batches``
+forwards and their ratio to DefaultFrontend's.  All frontends are in training
+mode with autograd on, as in an ESPnet training step: ``dynres`` takes its
+dynamic path (every utterance brought to the batch's one frame count ``T``),
+DefaultFrontend computes the padded batch at 100 Hz.  Two clocks: wall time
+(``perf_counter``; on a GPU after ``synchronize``) and, on CPU, the process's
+CPU time (``process_time``), which other processes on a shared machine disturb
+less.  Prints the setting (threads, load average) and a Markdown table.
 """
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -26,6 +32,8 @@ from espnet2.asr.frontend.default import DefaultFrontend  # noqa: E402
 from espnet_dynres.asr.frontend.dynres import DynResFrontend  # noqa: E402
 from espnet_dynres.frame_rate_policy import FrameRatePolicy  # noqa: E402
 from factory import pad_batch, real_utterances  # noqa: E402
+
+BASELINE = "DefaultFrontend (100 Hz)"
 
 
 def batches(device):
@@ -45,35 +53,53 @@ def batches(device):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2, help="untimed rounds over all batches and frontends first")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     conf = dict(fs=16000, n_fft=512, win_length=400, hop_length=160, n_mels=80)
     frontends = {
-        "DefaultFrontend (100 Hz)": DefaultFrontend(**conf, frontend_conf=None).to(device).eval(),
+        BASELINE: DefaultFrontend(**conf, frontend_conf=None).to(device).train(),
         "dynres hop": DynResFrontend(**conf, method="hop").to(device).train(),
         "dynres resample": DynResFrontend(**conf, method="resample").to(device).train(),
     }
     data = batches(device)
-    times = {name: [] for name in frontends}
-    for _ in range(args.repeats):
+    wall = {name: [] for name in frontends}
+    cpu = {name: [] for name in frontends}
+    frames = {name: 0 for name in frontends}
+    for round_ in range(args.warmup + args.repeats):
         for name, fe in frontends.items():
             for speech, lengths in data:
                 if device.type == "cuda":
                     torch.cuda.synchronize()
-                start = time.perf_counter()
-                fe(speech, lengths)
+                start_wall, start_cpu = time.perf_counter(), time.process_time()
+                feats, _ = fe(speech, lengths)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
-                times[name].append(time.perf_counter() - start)
-    base = statistics.median(times["DefaultFrontend (100 Hz)"])
-    threads = torch.get_num_threads()
-    print(f"device: {args.device} ({platform.processor() or platform.machine()}, {threads} threads), "
-          f"{len(data)} batches x {args.repeats} repeats")
-    print("| frontend | median forward (ms) | ratio to DefaultFrontend |\n|---|---|---|")
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"| {name} | {1000 * med:.1f} | {med / base:.2f}x |")
+                if round_ >= args.warmup:
+                    wall[name].append(time.perf_counter() - start_wall)
+                    cpu[name].append(time.process_time() - start_cpu)
+                    frames[name] += feats.shape[0] * feats.shape[1]
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"device: {args.device} ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{torch.get_num_threads()} torch threads), torch {torch.__version__}, {len(data)} batches "
+        f"(B = {', '.join(str(s.size(0)) for s, _ in data)}) x {args.repeats} repeats after {args.warmup} "
+        f"warm-up rounds; load average before the table (1/5/15 min): {load}"
+    )
+    base_wall, base_cpu = statistics.median(wall[BASELINE]), statistics.median(cpu[BASELINE])
+    show_cpu = device.type == "cpu"
+    head = "| frontend | frames computed per round | median wall (ms) | wall ratio |"
+    head += " median CPU time (ms) | CPU-time ratio |" if show_cpu else ""
+    print(head + "\n|---|---|---|---|" + ("---|---|" if show_cpu else ""))
+    for name in frontends:
+        w, c = statistics.median(wall[name]), statistics.median(cpu[name])
+        row = f"| {name} | {frames[name] // args.repeats} | {1000 * w:.1f} | {w / base_wall:.2f}x |"
+        row += f" {1000 * c:.1f} | {c / base_cpu:.2f}x |" if show_cpu else ""
+        print(row)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
 import humanfriendly
+import torch
 
 
 def parse_fs(fs: Union[int, str]) -> int:
@@ -238,6 +239,55 @@ class FrameRatePolicy:
         while 1 + math.floor(n / shift) < t:
             shift = math.nextafter(shift, 0.0)
         return shift
+
+    def frame_shifts_samples(
+        self, num_samples: torch.Tensor, num_frames: torch.Tensor, fs_hz: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """:meth:`frame_shift_samples` for a whole batch, in tensor ops (used by the ``dynres`` frontend).
+
+        The same float64 arithmetic, element by element, so the shifts are
+        bit-identical to the policy's (a test pins it): the shift closest to
+        ``hop_length`` inside ``(L / T, L / (T - 1)] ∩ [fs / max_rate, fs /
+        fallback_rate]`` (the frame count wins when that is empty), nudged by
+        one ulp where rounding would miss ``T``.
+
+        Args:
+            num_samples: ``(B,)`` int64 samples per utterance.
+            num_frames: ``(B,)`` int64 frames wanted per utterance (>= 1).
+            fs_hz: ``(B,)`` sampling rate (Hz) of each signal being framed
+                (e.g. after resampling); default ``fs`` for all.
+
+        Returns:
+            ``(B,)`` float64 frame shifts in samples, on ``num_samples``' device.
+
+        Raises:
+            ValueError: a frame count below 1.
+        """
+        if bool((num_frames < 1).any()):
+            raise ValueError(f"num_frames must be >= 1, got {num_frames.tolist()}")
+        policy = self
+        n = num_samples.to(torch.float64)
+        t = num_frames.to(device=n.device, dtype=torch.float64)
+        fs = torch.full_like(n, float(self.fs)) if fs_hz is None else fs_hz.to(device=n.device, dtype=torch.float64)
+        lo = n / (t - 1e-6)
+        hi = torch.where(t > 1, n / (t - 1).clamp(min=1), torch.full_like(n, math.inf))
+        c_lo = torch.maximum(lo, fs / policy.max_frame_rate_hz)
+        c_hi = torch.minimum(hi, fs / policy.fallback_frame_rate_hz)
+        in_clamp = c_lo <= c_hi
+        lo, hi = torch.where(in_clamp, c_lo, lo), torch.where(in_clamp, c_hi, hi)
+        shift = torch.minimum(torch.maximum(torch.full_like(n, float(policy.hop_length)), lo), hi)
+        inf, positive = torch.full_like(n, math.inf), n > 0
+        while True:  # floating-point rounding at the closed end
+            over = (1 + torch.floor(n / shift) > t) & positive
+            if not bool(over.any()):
+                break
+            shift = torch.where(over, torch.nextafter(shift, inf), shift)
+        while True:
+            under = (1 + torch.floor(n / shift) < t) & positive
+            if not bool(under.any()):
+                break
+            shift = torch.where(under, torch.nextafter(shift, torch.zeros_like(n)), shift)
+        return torch.where(positive, shift, torch.full_like(n, float(policy.hop_length)))
 
     def frame_rate_hz(self, num_samples: int, num_frames: int) -> float:
         """Frame rate (Hz) of an utterance of ``num_samples`` brought to ``num_frames``."""

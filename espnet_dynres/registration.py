@@ -11,7 +11,11 @@ ESPnet switch      name                    what it is
 ``batch_type``     ``dynres``              :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
 =================  ======================  ==============================================
 
-and changes one ESPnet method: ``ASRTask.build_sequence_iter_factory``
+and wraps two ESPnet methods.  ``ASRTask.build_model`` first checks every
+``*_conf`` for unknown keys (a typo gets the closest valid key,
+:func:`espnet_dynres.input_checks.check_task_conf_keys`).  ``ASRTask.build_sequence_iter_factory``
+(0) checks the data against the shape files, too-short utterances and empty
+transcripts (:func:`espnet_dynres.input_checks.check_training_data`);
 (1) with ``frontend: dynres``, checks that the audio's sampling rate equals
 ``frontend_conf.fs``; (2) for ``batch_type`` (or ``valid_batch_type``)
 ``dynres`` builds the ``dynres`` sampler (with CTC safety from the
@@ -35,6 +39,7 @@ from espnet2.samplers.build_batch_sampler import BATCH_TYPES
 from espnet2.tasks import asr as espnet_asr
 from espnet2.tasks.abs_task import AbsTask, IteratorOptions
 
+from espnet_dynres import input_checks
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 from espnet_dynres.asr.token_normalized_model import TokenNormalizedASRModel
@@ -56,6 +61,7 @@ BATCH_TYPE_DOCS = {
 }
 
 _ORIGINAL_BUILD_SEQUENCE_ITER_FACTORY = AbsTask.build_sequence_iter_factory.__func__
+_ORIGINAL_BUILD_MODEL = espnet_asr.ASRTask.build_model.__func__
 
 
 def policy_from_args(args: argparse.Namespace) -> FrameRatePolicy:
@@ -145,6 +151,7 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
             frontend other than ``dynres``, or audio at another sampling rate.
     """
     check_sampling_rate(args, iter_options)
+    input_checks.check_training_data(args, iter_options)
     if iter_options.batch_type != "dynres":
         return _ORIGINAL_BUILD_SEQUENCE_ITER_FACTORY(cls, args, iter_options, mode)
     if getattr(args, "shuffle_within_batch", False):
@@ -210,4 +217,5 @@ def register() -> None:
     espnet_asr.model_choices.classes.update(MODELS)
     BATCH_TYPES.update(BATCH_TYPE_DOCS)
     espnet_asr.ASRTask.build_sequence_iter_factory = classmethod(build_sequence_iter_factory)
+    espnet_asr.ASRTask.build_model = classmethod(input_checks.with_conf_key_check(_ORIGINAL_BUILD_MODEL))
     _registered = True

@@ -95,3 +95,72 @@ def random_text(batch: int, max_len: int, seed: int = 0) -> Tuple[torch.Tensor, 
     for b, n in enumerate(lengths.tolist()):
         text[b, :n] = torch.randint(2, len(TOKENS) - 1, (n,), generator=g)
     return text, lengths
+
+
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def write_wav(path: Path, wav, fs_hz: int = 16000, subtype: str = "PCM_16") -> Path:
+    """Write ``wav`` (``(T_samples,)`` or ``(T_samples, C)`` float) as a WAV file; returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = wav.numpy() if isinstance(wav, torch.Tensor) else np.asarray(wav)
+    sf.write(str(path), data, fs_hz, subtype=subtype)
+    return path
+
+
+def write_data_dir(out_dir: Path, count: int, start: int = 0, concat: int = 1, fs_hz: int = 16000) -> Path:
+    """A Kaldi-style data dir of real FSDD utterances at ``fs_hz``.
+
+    Writes ``wav.scp``, ``text`` (digit words), ``utt2spk``, ``utt2num_samples``
+    and ``speech_shape`` / ``text_shape.word`` (ESPnet shape files: samples;
+    tokens,vocab) for ``count`` utterances of ``concat`` joined FSDD digits.
+    """
+    files = fsdd_files(count * concat, start)
+    wavs = real_utterances(count, fs_hz=fs_hz, concat=concat, start=start)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = {name: [] for name in ("wav.scp", "text", "utt2spk", "utt2num_samples", "speech_shape", "text_shape.word")}
+    for i, wav in enumerate(wavs):
+        utt = f"spk-{i:05d}"
+        words = [DIGIT_WORDS[int(f.name.split("_")[0])] for f in files[i * concat : (i + 1) * concat]]
+        path = write_wav(out_dir / "wav" / f"{utt}.wav", wav, fs_hz)
+        rows["wav.scp"].append(f"{utt} {path}")
+        rows["text"].append(f"{utt} {' '.join(words)}")
+        rows["utt2spk"].append(f"{utt} spk")
+        rows["utt2num_samples"].append(f"{utt} {len(wav)}")
+        rows["speech_shape"].append(f"{utt} {len(wav)}")
+        rows["text_shape.word"].append(f"{utt} {len(words)},{len(TOKENS)}")
+    for name, lines in rows.items():
+        (out_dir / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    (out_dir / "tokens.txt").write_text("".join(t + "\n" for t in TOKENS), encoding="utf-8")
+    return out_dir
+
+
+def write_tiny_asr_model(out_dir: Path, seed: int = 0, **overrides) -> Tuple[Path, Path]:
+    """``(config.yaml, model.pth)`` of an untrained tiny model, loadable by ``Speech2Text``."""
+    import yaml
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    args = tiny_asr_args(**overrides)
+    model = build_tiny_model(seed=seed, **overrides)
+    config, weights = out_dir / "config.yaml", out_dir / "model.pth"
+    with open(config, "w", encoding="utf-8") as f:
+        yaml.safe_dump(vars(args), f)
+    torch.save(model.state_dict(), weights)
+    return config, weights
+
+
+def deterministic_model_overrides(**model_conf) -> dict:
+    """``build_tiny_model`` overrides for a model whose training-mode output is a function of each
+    utterance alone: ``DefaultFrontend`` (100 Hz), no dropout, no SpecAugment, and no convolution
+    module (its BatchNorm would mix the utterances of a batch). For split-batch / DDP comparisons."""
+    no_dropout = dict(dropout_rate=0.0, positional_dropout_rate=0.0)
+    return dict(
+        frontend="default",
+        frontend_conf={"n_mels": 20},
+        encoder_conf=dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=2, input_layer="conv2d",
+                          use_cnn_module=False, attention_dropout_rate=0.0, **no_dropout),
+        decoder_conf=dict(attention_heads=2, linear_units=32, num_blocks=1, self_attention_dropout_rate=0.0,
+                          src_attention_dropout_rate=0.0, **no_dropout),
+        model="token_normalized",
+        model_conf=dict(model_conf),
+    )

@@ -1,4 +1,6 @@
 import subprocess
+
+import pytest
 import sys
 
 from espnet2.samplers.build_batch_sampler import BATCH_TYPES
@@ -43,3 +45,13 @@ def test_launcher_runs_modules_with_the_plugin_registered():
     out = subprocess.run(cmd + ["-m", "espnet2.bin.asr_train", "--help"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "dynres" in out.stdout and "token_normalized" in out.stdout
+
+
+def test_build_model_suggests_the_closest_key_for_a_conf_typo():
+    from espnet2.tasks.asr import ASRTask
+    from factory import tiny_asr_args
+
+    with pytest.raises(TypeError, match="did you mean .n_mels."):
+        ASRTask.build_model(tiny_asr_args(frontend_conf={"n_mel": 20}))
+    with pytest.raises(TypeError, match="did you mean .ctc_weight."):
+        ASRTask.build_model(tiny_asr_args(model_conf={"ctc_wieght": 0.3}))

@@ -1,8 +1,35 @@
+"""``model: token_normalized``: the documented per-token definition, counts, edge batches, accum_grad.
+
+References are built from ESPnet's own default model (``model: espnet``) with the same weights:
+its CTC and attention losses are per-utterance means (``Σ / B``), so the documented loss is
+``stock_ctc · B / C`` and ``stock_att · B / D`` (see the class docstring).
+"""
+
+import logging
+
 import pytest
 import torch
 
 from espnet_dynres.asr.token_normalized_model import TokenNormalizedASRModel
-from factory import build_tiny_model, pad_batch, random_text, real_utterances
+from espnet_dynres.ctc_feasibility import ctc_frames_needed
+from factory import build_tiny_model, deterministic_model_overrides, pad_batch, random_text, real_utterances
+
+INTERCTC_ENCODER = dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=2, input_layer="conv2d",
+                        interctc_layer_idx=[1])
+
+
+def make_batch(wavs, token_rows):
+    """``speech (B, T_samples)``, ``text (B, L)`` padded with -1, lengths ``(B,)`` int64."""
+    speech, speech_lengths = pad_batch(wavs)
+    text_lengths = torch.tensor([len(r) for r in token_rows], dtype=torch.long)
+    text = torch.full((len(token_rows), max(int(text_lengths.max()), 1)), -1, dtype=torch.long)
+    for b, row in enumerate(token_rows):
+        text[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return dict(speech=speech, speech_lengths=speech_lengths, text=text, text_lengths=text_lengths)
+
+
+def fresh(batch):
+    return {k: v.clone() for k, v in batch.items()}
 
 
 @pytest.fixture(scope="module")
@@ -13,12 +40,26 @@ def batch():
     return dict(speech=speech, speech_lengths=speech_lengths, text=text, text_lengths=text_lengths)
 
 
-def pair(**model_conf):
-    """The same weights as token_normalized and as ESPnet's default model."""
-    tn = build_tiny_model(model="token_normalized", model_conf=model_conf).eval()
-    stock = build_tiny_model(model="espnet", model_conf=model_conf).eval()
+def pair(encoder_conf=None, **model_conf):
+    """The same weights as token_normalized and as ESPnet's default model (eval: no dropout)."""
+    extra = dict(encoder_conf=encoder_conf) if encoder_conf else {}
+    tn = build_tiny_model(model="token_normalized", model_conf=model_conf, **extra).eval()
+    stock = build_tiny_model(model="espnet", model_conf=model_conf, **extra).eval()
     stock.load_state_dict(tn.state_dict())
     return tn, stock
+
+
+def stock_branch_losses(stock, batch):
+    """ESPnet's own per-utterance-mean branch losses, with gradients: (ctc, [interctc...], att)."""
+    text, text_lengths = batch["text"].clone(), batch["text_lengths"]
+    text = text[:, : int(text_lengths.max())]
+    enc, enc_lens = stock.encode(batch["speech"], batch["speech_lengths"])
+    inter = []
+    if isinstance(enc, tuple):
+        enc, inter = enc[0], [stock._calc_ctc_loss(h, enc_lens, text, text_lengths)[0] for _, h in enc[1]]
+    ctc = stock._calc_ctc_loss(enc, enc_lens, text, text_lengths)[0] if stock.ctc_weight > 0 else None
+    att = stock._calc_att_loss(enc, enc_lens, text, text_lengths.clone())[0] if stock.ctc_weight < 1 else None
+    return ctc, inter, att
 
 
 @pytest.mark.parametrize(
@@ -26,42 +67,49 @@ def pair(**model_conf):
     [
         dict(ctc_weight=0.3, lsm_weight=0.1),
         dict(ctc_weight=0.3, lsm_weight=0.1, interctc_weight=0.4),
-        dict(ctc_weight=0.0),
+        dict(ctc_weight=0.0, lsm_weight=0.1),
         dict(ctc_weight=1.0),
     ],
+    ids=["ctc0.3-lsm", "ctc0.3-lsm-interctc", "ctc0", "ctc1"],
 )
-def test_loss_is_stock_loss_redivided_by_tokens(batch, model_conf):
-    if model_conf.get("interctc_weight"):
-        tn, stock = pair_with_interctc(model_conf)
-    else:
-        tn, stock = pair(**model_conf)
-    loss, stats, weight = tn(**batch)
-    ref_loss, ref_stats, ref_weight = stock(**batch)
+def test_loss_is_stock_loss_redivided_by_documented_counts(batch, model_conf):
+    encoder_conf = INTERCTC_ENCODER if model_conf.get("interctc_weight") else None
+    tn, stock = pair(encoder_conf, **model_conf)
+    loss, stats, weight = tn(**fresh(batch))
     b = batch["speech"].size(0)
-    n = batch["text_lengths"].sum().item()
-    assert ref_weight.item() == b and weight.item() == n
-    assert stats["batch_tokens"].item() == n
-    torch.testing.assert_close(loss, ref_loss * b / n, rtol=1e-5, atol=1e-6)
-    # Gradients scale the same way.
+    lengths = batch["text_lengths"]
+    n, d = float(lengths.sum()), float((lengths + 1).sum())
+    c = n  # every utterance here is CTC-feasible (checked below)
+    lam, ic = model_conf["ctc_weight"], model_conf.get("interctc_weight", 0.0)
+
+    ctc, inter, att = stock_branch_losses(stock, fresh(batch))
+    expected = 0.0
+    if lam > 0:
+        assert stats["ctc_infeasible"].item() == 0 and stats["ctc_tokens"].item() == c
+        ctc_term = ctc * b / c
+        if inter:
+            ctc_term = (1 - ic) * ctc_term + ic * (sum(inter) / len(inter)) * b / c
+        expected = expected + lam * ctc_term
+        torch.testing.assert_close(stats["loss_ctc"], (ctc * b / c).detach().reshape(1), rtol=1e-5, atol=1e-6)
+    if lam < 1:
+        expected = expected + (1 - lam) * att * b / d
+        torch.testing.assert_close(stats["loss_att"], (att * b / d).detach().reshape(1), rtol=1e-5, atol=1e-6)
+    assert weight.item() == d
+    assert stats["batch_tokens"].item() == n and stats["att_targets"].item() == d
+    torch.testing.assert_close(loss.reshape(()), expected.reshape(()), rtol=1e-5, atol=1e-6)
+    assert stats["loss_per_token"].item() == pytest.approx(loss.item())
+
+    # Gradients: those of the same combination of ESPnet's own branch losses.
     loss.backward()
-    ref_loss.backward()
+    expected.backward()
     for (name, p), (_, q) in zip(tn.named_parameters(), stock.named_parameters()):
-        if p.grad is not None:
-            torch.testing.assert_close(p.grad, q.grad * b / n, rtol=1e-4, atol=1e-7, msg=name)
-
-
-def pair_with_interctc(model_conf):
-    enc = dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=2, input_layer="conv2d",
-               interctc_layer_idx=[1])
-    tn = build_tiny_model(model="token_normalized", model_conf=model_conf, encoder_conf=enc).eval()
-    stock = build_tiny_model(model="espnet", model_conf=model_conf, encoder_conf=enc).eval()
-    stock.load_state_dict(tn.state_dict())
-    return tn, stock
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-7, msg=name)
 
 
 def test_ctc_only_loss_is_summed_ctc_over_tokens(batch):
     tn, _ = pair(ctc_weight=1.0)
-    loss, _, _ = tn(**batch)
+    loss, _, _ = tn(**fresh(batch))
     enc, enc_lens = tn.encode(batch["speech"], batch["speech_lengths"])
     log_probs = tn.ctc.log_softmax(enc).transpose(0, 1)  # (T, B, V)
     ctc_sum = torch.nn.functional.ctc_loss(
@@ -70,9 +118,122 @@ def test_ctc_only_loss_is_summed_ctc_over_tokens(batch):
     torch.testing.assert_close(loss.reshape(()), ctc_sum / batch["text_lengths"].sum(), rtol=1e-5, atol=1e-6)
 
 
+def short_long_batch(token_rows):
+    """Utterances 0, 2, 4 are 0.4 s (9 encoder frames); 1, 3, 5 are four joined digits."""
+    short = [w[:6400] for w in real_utterances(3, start=300)]
+    long = real_utterances(3, concat=4, start=320)
+    wavs = [w for pair_ in zip(short, long) for w in pair_]
+    return make_batch(wavs, token_rows)
+
+
+def test_infeasible_utterances_are_counted_and_left_out_of_the_ctc_count(caplog):
+    rows = [[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 2, 3], [2, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 2, 3, 4, 5], [6],
+            [5, 5, 5, 5, 5], [7, 8, 9]]
+    batch = short_long_batch(rows)
+    tn, _ = pair(ctc_weight=1.0)
+    enc, enc_lens = tn.encode(batch["speech"], batch["speech_lengths"])
+    feasible = [int(t) >= ctc_frames_needed(r) for t, r in zip(enc_lens, rows)]
+    assert feasible.count(False) >= 2 and feasible.count(True) >= 2  # the premise
+    ids = [f"utt{i}" for i in range(len(rows))]
+    with caplog.at_level(logging.WARNING):
+        loss, stats, weight = tn(**fresh(batch), utt_id=ids)
+    c = sum(len(r) for r, ok in zip(rows, feasible) if ok)
+    assert stats["ctc_infeasible"].item() == feasible.count(False)
+    assert stats["ctc_tokens"].item() == c
+    assert stats["batch_tokens"].item() == sum(len(r) for r in rows)
+    assert weight.item() == sum(len(r) + 1 for r in rows)
+    # loss = Σ over feasible utterances of their CTC / C, computed here with torch's CTC directly.
+    log_probs = tn.ctc.log_softmax(enc).transpose(0, 1)
+    per_utt = torch.nn.functional.ctc_loss(log_probs, batch["text"].clamp(min=0), enc_lens, batch["text_lengths"],
+                                           reduction="none", zero_infinity=False)
+    mask = torch.tensor(feasible)
+    assert torch.isinf(per_utt[~mask]).all()  # ESPnet's zero_infinity would silently make these 0
+    torch.testing.assert_close(loss.reshape(()), per_utt[mask].sum() / c, rtol=1e-5, atol=1e-6)
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert f"{feasible.count(False)} utterance(s)" in warned
+    assert all(ids[i] in warned for i, ok in enumerate(feasible) if not ok)
+
+
+@pytest.mark.parametrize("ctc_weight", [0.3, 1.0])
+def test_all_infeasible_batch_gives_finite_loss_and_zero_ctc_count(ctc_weight):
+    rows = [[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 2, 3]] * 2
+    batch = make_batch([w[:6400] for w in real_utterances(2, start=300)], rows)
+    tn = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=ctc_weight)).train()
+    loss, stats, weight = tn(**fresh(batch))
+    assert torch.isfinite(loss).all()
+    assert stats["ctc_infeasible"].item() == 2 and stats["ctc_tokens"].item() == 0
+    assert stats["loss_ctc"].item() == 0.0
+    assert weight.item() == 2 * 13
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in tn.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("ctc_weight", [0.0, 0.3, 1.0])
+def test_zero_token_batch_is_finite_and_reported(ctc_weight, caplog):
+    batch = make_batch(real_utterances(3, start=200), [[], [], []])
+    tn = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=ctc_weight)).train()
+    with caplog.at_level(logging.WARNING):
+        loss, stats, weight = tn(**fresh(batch))
+    assert torch.isfinite(loss).all()
+    assert stats["batch_tokens"].item() == 0 and stats["empty_transcripts"].item() == 3
+    assert stats["att_targets"].item() == 3 and weight.item() == 3  # one <eos> per utterance
+    if ctc_weight > 0:
+        assert stats["ctc_tokens"].item() == 0 and stats["ctc_infeasible"].item() == 0
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in tn.parameters() if p.grad is not None)
+    assert any("3 utterance(s)" in r.getMessage() and "empty transcript" in r.getMessage() for r in caplog.records)
+
+
+def grads_of(model, micro_batches, scale):
+    """ESPnet's accumulation: loss / accum_grad per micro-batch, gradients summed by backward."""
+    model.zero_grad()
+    for mb in micro_batches:
+        loss, _, _ = model(**fresh(mb))
+        (loss * scale).sum().backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def cat_batches(a, b):
+    """One batch holding the utterances of ``a`` and ``b``."""
+    rows = [r[:n].tolist() for r, n in zip(list(a["text"]) + list(b["text"]),
+                                            list(a["text_lengths"]) + list(b["text_lengths"]))]
+    speech = [s[:n] for s, n in zip(list(a["speech"]) + list(b["speech"]),
+                                    list(a["speech_lengths"]) + list(b["speech_lengths"]))]
+    return make_batch(speech, rows)
+
+
+@pytest.mark.parametrize("equal_counts", [True, False])
+def test_accum_grad_is_the_mean_of_micro_batch_per_token_gradients(equal_counts):
+    """``accum_grad: k`` = (1/k) Σ_j ∇(S_j / D_j); one k-times-larger batch = ∇(Σ_j S_j / Σ_j D_j).
+
+    They agree when every micro-batch has the same count D_j, and differ otherwise.
+    """
+    wavs = real_utterances(4, concat=2, start=400)
+    # Equal lengths: DefaultFrontend's STFT reflects at the end of the padded tensor, so batch
+    # padding would change the last frames of shorter utterances and mix batch composition in.
+    wavs = [w[: min(len(v) for v in wavs)] for w in wavs]
+    second = [[2, 3], [4, 5]] if equal_counts else [[2, 3, 4, 5, 6, 7, 8, 9], [4, 5, 6, 7, 8, 9, 10]]
+    mb = [make_batch(wavs[:2], [[6, 7], [8, 9]]), make_batch(wavs[2:], second)]
+    model = build_tiny_model(**deterministic_model_overrides(ctc_weight=0.0)).train()
+    accumulated = grads_of(model, mb, scale=1 / 2)
+    whole = grads_of(model, [cat_batches(*mb)], scale=1.0)
+    per_mb = [grads_of(model, [m], scale=1.0) for m in mb]
+    d = [float((m["text_lengths"] + 1).sum()) for m in mb]
+    torch.testing.assert_close(accumulated, (per_mb[0] + per_mb[1]) / 2, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(whole, (d[0] * per_mb[0] + d[1] * per_mb[1]) / sum(d), rtol=1e-4, atol=1e-6)
+    gap = float((accumulated - whole).norm() / whole.norm())
+    assert (gap < 1e-4) if equal_counts else (gap > 1e-2)
+
+
 def test_length_normalized_loss_is_refused():
     with pytest.raises(ValueError, match="length_normalized_loss"):
         build_tiny_model(model="token_normalized", model_conf=dict(length_normalized_loss=True))
+
+
+def test_transducer_decoder_is_refused_with_a_clear_error():
+    with pytest.raises(ValueError, match="not transducer decoders"):
+        build_tiny_model(model="token_normalized", decoder="transducer",
+                         decoder_conf=dict(hidden_size=16, rnn_type="lstm"), joint_net_conf=dict(joint_space_size=16))
 
 
 def test_registered_class_is_an_espnet_model_subclass():

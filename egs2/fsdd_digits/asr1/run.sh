@@ -105,6 +105,7 @@ if [ "${stage}" -le 5 ] && [ "${stop_stage}" -ge 5 ]; then
     mkdir -p "${token_listdir}"
     cut -f 2- -d " " "${feats_dir}/${train_set}/text" > "${token_listdir}/train_text.txt"
     if [ "${token_type}" = bpe ]; then
+        ${python} local/check_bpe_vocab.py --text "${token_listdir}/train_text.txt" --nbpe "${nbpe}"
         run_logged "${token_listdir}/spm_train.log" ${python} -m espnet2.bin.spm_train \
             --input="${token_listdir}/train_text.txt" --vocab_size="${nbpe}" --model_type=unigram \
             --model_prefix="${token_listdir}/bpe" --character_coverage=1.0 --input_sentence_size=100000000

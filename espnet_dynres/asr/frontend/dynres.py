@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import Dict, List, Optional, Tuple, Union
@@ -14,11 +15,31 @@ from espnet2.asr.frontend.abs_frontend import AbsFrontend
 from espnet2.layers.log_mel import LogMel
 from espnet2.layers.stft import Stft
 
-from espnet_dynres.frame_rate_context import current_epoch, set_frame_rates
+from espnet_dynres import input_checks
+from espnet_dynres.frame_rate_context import current_epoch, current_planned_frames, set_frame_rates
 from espnet_dynres.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
 FILTERBANKS = ("original", "resampled")
+
+
+def float32_features(forward):
+    """Run a frontend's ``forward(input, input_lengths)`` in float32 with autocast off.
+
+    Under mixed precision (ESPnet's ``--use_amp true``, ``torch.autocast``) the
+    mel matmul and the resampling convolution would run in bfloat16/float16:
+    log-mel values then differ by up to ~0.1 (bf16), and the STFT power can
+    overflow float16.  The wrapped forward gets ``input.float()`` and runs under
+    ``torch.autocast(device_type=input.device.type, enabled=False)``, so the
+    features are float32 whatever autocast context the training step opened.
+    """
+
+    @functools.wraps(forward)
+    def wrapped(self, input: torch.Tensor, input_lengths: torch.Tensor):
+        with torch.autocast(device_type=input.device.type, enabled=False):
+            return forward(self, input.float(), input_lengths)
+
+    return wrapped
 
 
 class DynResFrontend(AbsFrontend):
@@ -129,6 +150,7 @@ class DynResFrontend(AbsFrontend):
         self.resample_grid_hz = resample_grid_hz
         self._mel_options = dict(n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax, htk=htk)
         self._resampled_logmels: Dict[int, LogMel] = {}
+        self._resamplers: Dict[Tuple[int, str], torchaudio.transforms.Resample] = {}  # not submodules
         # Standard-rate path: ESPnet's own modules, so eval output == DefaultFrontend.
         self.stft = Stft(
             n_fft=n_fft,
@@ -151,10 +173,11 @@ class DynResFrontend(AbsFrontend):
         """True when the next forward uses per-utterance frame rates (a training step)."""
         return self.training and torch.is_grad_enabled()
 
+    @float32_features
     def forward(
         self, input: torch.Tensor, input_lengths: torch.Tensor
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Log-mel features.
+        """Log-mel features, computed in float32 with autocast off (:func:`float32_features`).
 
         Args:
             input: speech ``(B, T_samples)`` float32 at ``fs`` Hz, zero-padded.
@@ -170,6 +193,9 @@ class DynResFrontend(AbsFrontend):
         assert input_lengths.dim() == 1 and input_lengths.numel() == input.size(0), (
             f"speech_lengths must be (B,)={input.size(0)}, got {tuple(input_lengths.shape)}"
         )
+        # NaN/inf samples are refused; short inputs (even 0 samples) are reflected/zero-padded as
+        # DefaultFrontend does, so decoding writes a hypothesis for every utterance (issue #3).
+        input_checks.check_speech_batch(input, input_lengths, min_samples=0)
         self.last_batch_fallback = False
         if self.is_dynamic():
             feats_lengths, fallback = self.frame_counts(input_lengths)
@@ -189,7 +215,11 @@ class DynResFrontend(AbsFrontend):
         return feats, feats_lengths
 
     def frame_counts(self, input_lengths: torch.Tensor) -> Tuple[torch.Tensor, bool]:
-        """Frames per utterance for a training step (the policy's batch rule).
+        """Frames per utterance for a training step.
+
+        The sampler's plan when the model passes one
+        (:func:`espnet_dynres.frame_rate_context.planned_frames`, checked by
+        :meth:`check_planned_frames`), else the policy's batch rule.
 
         Args:
             input_lengths: ``(B,)`` int64 samples.
@@ -198,8 +228,49 @@ class DynResFrontend(AbsFrontend):
             ``(feats_lengths (B,) int64, fallback)``; outside fallback all
             lengths equal the batch's ``T``.
         """
-        counts, fallback = self.policy.batch_frame_counts([int(n) for n in input_lengths.tolist()], current_epoch())
+        lengths = [int(n) for n in input_lengths.tolist()]
+        planned = current_planned_frames()
+        if planned is not None:
+            return self.check_planned_frames(lengths, planned.to(input_lengths.device))
+        counts, fallback = self.policy.batch_frame_counts(lengths, current_epoch())
         return torch.tensor(counts, dtype=torch.long, device=input_lengths.device), fallback
+
+    def check_planned_frames(self, lengths: List[int], planned: torch.Tensor) -> Tuple[torch.Tensor, bool]:
+        """Validate the sampler's plan (batch key ``speech_frames``) against the batch.
+
+        Args:
+            lengths: samples per utterance (B values).
+            planned: ``(B,)`` int64 planned frames per utterance.
+
+        Returns:
+            ``(feats_lengths (B,) int64, fallback)``: one common ``T`` reachable by
+            every utterance between ``fallback_frame_rate_hz`` and
+            ``max_frame_rate_hz`` (a dynamic batch), or exactly the standard
+            frame counts (a fallback batch).
+
+        Raises:
+            ValueError: a plan of the wrong shape, or one this policy cannot
+                produce (sampler and frontend configured differently).
+        """
+        counts = [int(t) for t in planned.reshape(-1).tolist()]
+        if len(counts) != len(lengths):
+            raise ValueError(
+                f"speech_frames has {len(counts)} entries for a batch of {len(lengths)} utterances "
+                "(the iterator's plan does not match the batch)"
+            )
+        if counts == [self.policy.standard_frame_count(n) for n in lengths] and len(set(counts)) > 1:
+            return planned.long(), True
+        for n, t in zip(lengths, counts):
+            lo = self.policy.frame_count_range(n, self.policy.fallback_frame_rate_hz)[0]
+            hi = self.policy.frame_count_range(n)[1]
+            if t != counts[0] or not lo <= t <= hi:
+                raise ValueError(
+                    f"planned frame counts {counts} cannot be produced for utterance lengths {lengths} samples: "
+                    f"an utterance of {n} samples takes {lo}..{hi} frames at {self.policy.fallback_frame_rate_hz:g}-"
+                    f"{self.policy.max_frame_rate_hz:g} Hz. batch_type dynres and frontend dynres must use the "
+                    "same frontend_conf."
+                )
+        return planned.long(), False
 
     def _count_fallback(self, input_lengths: torch.Tensor) -> None:
         self.num_fallback_batches += 1
@@ -224,13 +295,9 @@ class DynResFrontend(AbsFrontend):
         Returns:
             feats ``(B, max(feats_lengths), n_mels)`` and the frame rates ``(B,)`` float (Hz).
         """
-        shifts = [
-            self.policy.frame_shift_samples(int(n), int(t))
-            for n, t in zip(speech_lengths.tolist(), feats_lengths.tolist())
-        ]
-        shifts_t = torch.tensor(shifts, dtype=torch.float64, device=speech.device)  # (B,)
-        feats = self.framed_logmel(speech, speech_lengths, shifts_t, feats_lengths, self.logmel)
-        return feats, (self.fs / shifts_t).float()
+        shifts = self.policy.frame_shifts_samples(speech_lengths.to(speech.device), feats_lengths.to(speech.device))  # (B,)
+        feats = self.framed_logmel(speech, speech_lengths, shifts, feats_lengths, self.logmel)
+        return feats, (self.fs / shifts).float()
 
     def framed_logmel(
         self,
@@ -245,6 +312,9 @@ class DynResFrontend(AbsFrontend):
         As ``torch.stft(center=True, pad_mode="reflect")`` does for one
         utterance: each frame reads ``n_fft`` samples around its centre, the
         ``win_length`` window centred in ``n_fft``; ``rfft``, power, ``logmel``.
+        Cost: one copy of the batch (:meth:`reflect_padded`), one gather of
+        ``B × T × n_fft`` samples (the frames; ``torch.stft`` materialises as
+        many), then the same FFT, power and mel matmul as ``DefaultFrontend``.
 
         Args:
             speech ``(B, T_samples)``; speech_lengths ``(B,)`` int64; shifts
@@ -255,27 +325,54 @@ class DynResFrontend(AbsFrontend):
             utterance's length set to 0.
         """
         device = speech.device
-        batch = speech.size(0)
         t_max = int(feats_lengths.max())
-        half = self.n_fft // 2
-        # 1. Reflect-pad every utterance at its own ends: (B, L_max + n_fft), cost O(B x L).
-        pos = torch.arange(-half, speech.size(1) + half, device=device)[None, :]  # (1, L_max + n_fft)
-        n = speech_lengths.to(device).long().clamp(min=1)[:, None]  # (B, 1)
-        period = (2 * (n - 1)).clamp(min=1)
-        src = torch.remainder(pos, period)
-        src = torch.where(src >= n, period - src, src).clamp(min=0)
-        src = torch.where(n == 1, torch.zeros_like(src), src)  # (B, L_max + n_fft)
-        padded = torch.gather(speech.float(), 1, src)  # (B, L_max + n_fft)
-        # 2. Frame t of utterance b starts at padded sample round(t * shift_b) (centre minus n_fft/2).
+        padded = self.reflect_padded(speech, speech_lengths)  # (B, L_max + n_fft)
+        # Frame t of utterance b starts at padded sample round(t * shift_b) (centre minus n_fft/2).
         t_idx = torch.arange(t_max, device=device, dtype=torch.float64)  # (T,)
         starts = torch.round(shifts[:, None] * t_idx[None, :]).long()  # (B, T)
         starts = starts.clamp(max=padded.size(1) - self.n_fft)
-        windows = padded.unfold(1, self.n_fft, 1)  # (B, L_max + 1, n_fft), a view
-        frames = windows[torch.arange(batch, device=device)[:, None], starts]  # (B, T, n_fft)
-        spec = torch.fft.rfft(frames * self._padded_window(device), n=self.n_fft)  # (B, T, n_fft // 2 + 1)
-        power = spec.real**2 + spec.imag**2
-        feats, _ = logmel(power, feats_lengths)  # (B, T, n_mels), padding -> 0
+        # Every n_fft-sample window of the flattened batch is a row of one strided view;
+        # index_select copies the B x T wanted rows (faster than indexing an unfold view).
+        batch, padded_len = padded.shape
+        windows = padded.reshape(-1).as_strided((batch * padded_len - self.n_fft + 1, self.n_fft), (1, 1))
+        rows = (starts + torch.arange(batch, device=device)[:, None] * padded_len).reshape(-1)  # (B * T,)
+        frames = windows.index_select(0, rows).view(batch, t_max, self.n_fft)  # (B, T, n_fft), a copy
+        frames.mul_(self._padded_window(device))
+        spec = torch.fft.rfft(frames, n=self.n_fft)  # (B, T, n_fft // 2 + 1)
+        # x * x is bit-identical to DefaultFrontend's x ** 2 and faster on CPU.
+        power = spec.real * spec.real + spec.imag * spec.imag
+        # Masking padded frames costs a pass over the output; a dynamic batch has none.
+        all_full = bool((feats_lengths == t_max).all())
+        feats, _ = logmel(power, None if all_full else feats_lengths)  # (B, T, n_mels), padding -> 0
         return feats
+
+    def reflect_padded(self, speech: torch.Tensor, speech_lengths: torch.Tensor) -> torch.Tensor:
+        """Every utterance reflect-padded by ``n_fft // 2`` samples at its own two ends.
+
+        Sample ``i`` of the result is the utterance's sample ``i - n_fft // 2``
+        for ``0 <= i - n_fft // 2 < L_b``, its mirror image (without repeating
+        the edge sample, as ``pad_mode="reflect"``; repeated for utterances
+        shorter than the pad) in the ``n_fft // 2`` samples on either side, and
+        unspecified beyond ``L_b + n_fft // 2`` (no frame of utterance ``b``
+        reads there).  One copy of the batch plus an ``O(B × n_fft)`` gather.
+
+        Args:
+            speech: ``(B, T_samples)`` float; speech_lengths: ``(B,)`` int64 samples.
+
+        Returns:
+            ``(B, T_samples + n_fft)`` float32.
+        """
+        half = self.n_fft // 2
+        speech = speech.float()
+        padded = torch.nn.functional.pad(speech, (half, half))  # (B, L_max + n_fft)
+        j = torch.arange(half, device=speech.device)  # (n_fft/2,)
+        n = speech_lengths.to(speech.device).long().clamp(min=1)[:, None]  # (B, 1)
+        pos = torch.cat([(j - half).expand(n.size(0), half), n + j], dim=1)  # (B, n_fft): both borders
+        period = (2 * (n - 1)).clamp(min=1)
+        src = torch.remainder(pos, period)
+        src = torch.where(src >= n, period - src, src).clamp(min=0)
+        src = torch.where(n == 1, torch.zeros_like(src), src)  # (B, n_fft) source samples
+        return padded.scatter_(1, pos + half, speech.gather(1, src))
 
     # ----------------------------------------------------------- resample
     def resample_rate_hz(self, num_samples: int, num_frames: int) -> int:
@@ -289,6 +386,12 @@ class DynResFrontend(AbsFrontend):
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """``method: resample``: polyphase resampling, then (nearly) the standard hop.
 
+        Utterances that snap to the same ``fs'`` are resampled together, as the
+        rows of one zero-padded tensor (zeros past an utterance's end are what
+        ``torchaudio.functional.resample`` assumes there anyway), with the
+        polyphase kernel built once per ``fs'`` and kept
+        (:meth:`resampler`); then one :meth:`framed_logmel` for the batch.
+
         Args:
             speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples;
             feats_lengths: ``(B,)`` int64 frames wanted per utterance.
@@ -297,39 +400,58 @@ class DynResFrontend(AbsFrontend):
             feats ``(B, max(feats_lengths), n_mels)`` and the frame rates ``(B,)``
             float (Hz, in the original time axis).
         """
-        lengths = speech_lengths.tolist()
-        counts = feats_lengths.tolist()
-        new_rates = [self.resample_rate_hz(n, t) for n, t in zip(lengths, counts)]
-        resampled: List[torch.Tensor] = []
-        for b, (n, fs_new) in enumerate(zip(lengths, new_rates)):
-            wav = speech[b, :n].float()  # (T_samples,)
+        device = speech.device
+        lengths = speech_lengths.to(device).long()
+        counts = feats_lengths.to(device)
+        new_rates = self.resample_rates_hz(lengths, counts)  # (B,) int64 Hz, on the grid
+        # Samples after resampling, as torchaudio computes them: ceil(L * fs' / fs) in reduced terms.
+        g = torch.gcd(new_rates, torch.full_like(new_rates, self.fs))
+        new_lengths = torch.where(
+            new_rates == self.fs,
+            lengths,
+            torch.ceil((new_rates // g * lengths).double() / (self.fs // g).double()).long(),
+        )  # (B,)
+        padded = speech.new_zeros(speech.size(0), int(new_lengths.max()))  # (B, T_resampled)
+        rates_list = new_rates.tolist()
+        for fs_new in sorted(set(rates_list)):  # a loop over distinct rates, not utterances
+            rows = (new_rates == fs_new).nonzero().flatten()
+            n_max = int(lengths[rows].max())
+            wav = speech[rows, :n_max].float()
+            wav = wav * (torch.arange(n_max, device=device)[None, :] < lengths[rows, None])  # zero past each end
             if fs_new != self.fs:
-                g = math.gcd(self.fs, fs_new)
-                wav = torchaudio.functional.resample(
-                    wav, self.fs // g, fs_new // g, resampling_method="sinc_interp_hann"
-                )  # (T_samples * fs' / fs,)
-            resampled.append(wav)
-        new_lengths = torch.tensor([len(w) for w in resampled], dtype=torch.long, device=speech.device)
-        padded = torch.nn.utils.rnn.pad_sequence(resampled, batch_first=True)  # (B, T_resampled)
-        shifts = torch.tensor(
-            [
-                self.policy.frame_shift_samples(int(n), int(t), fs_hz=fs_new)
-                for n, t, fs_new in zip(new_lengths.tolist(), counts, new_rates)
-            ],
-            dtype=torch.float64,
-            device=speech.device,
-        )  # (B,) samples at fs'
+                wav = self.resampler(fs_new, device)(wav)  # (rows, ceil(n_max * fs' / fs))
+            padded[rows, : wav.size(1)] = wav
+        shifts = self.policy.frame_shifts_samples(new_lengths, counts, fs_hz=new_rates)  # (B,) samples at fs'
         if self.resample_filterbank == "original":
             feats = self.framed_logmel(padded, new_lengths, shifts, feats_lengths, self.logmel)
         else:
-            feats = torch.zeros(len(lengths), int(feats_lengths.max()), self.n_mels, device=speech.device)
-            for fs_new in sorted(set(new_rates)):
-                sel = torch.tensor([r == fs_new for r in new_rates], device=speech.device)
+            feats = torch.zeros(speech.size(0), int(feats_lengths.max()), self.n_mels, device=device)
+            for fs_new in sorted(set(rates_list)):
+                sel = new_rates == fs_new
                 feats[sel] = self.framed_logmel(
-                    padded[sel], new_lengths[sel], shifts[sel], feats_lengths[sel], self._logmel_for(fs_new, speech.device)
+                    padded[sel], new_lengths[sel], shifts[sel], feats_lengths[sel], self._logmel_for(fs_new, device)
                 )
-        rates = torch.tensor(new_rates, dtype=torch.float64, device=speech.device) / shifts
+        rates = new_rates.double() / shifts
         return feats, rates.float()
+
+    def resample_rates_hz(self, num_samples: torch.Tensor, num_frames: torch.Tensor) -> torch.Tensor:
+        """:meth:`resample_rate_hz` for a batch: ``(B,)`` int64 Hz from ``(B,)`` samples and frames."""
+        rate_hz = self.fs / self.policy.frame_shifts_samples(num_samples, num_frames)  # (B,) float64
+        ideal = self.fs * rate_hz / self.policy.standard_frame_rate_hz
+        grid = self.resample_grid_hz
+        return (torch.round(ideal / grid) * grid).clamp(min=grid).long()
+
+    def resampler(self, fs_new: int, device: torch.device) -> torchaudio.transforms.Resample:
+        """``fs -> fs_new`` windowed-sinc resampler (``sinc_interp_hann``), its kernel built once and kept.
+
+        Not a registered submodule: nothing of it goes into checkpoints.
+        """
+        key = (int(fs_new), str(device))
+        if key not in self._resamplers:
+            self._resamplers[key] = torchaudio.transforms.Resample(
+                self.fs, int(fs_new), resampling_method="sinc_interp_hann"
+            ).to(device)
+        return self._resamplers[key]
 
     def _logmel_for(self, fs_new: int, device: torch.device) -> LogMel:
         """Mel filterbank for signals sampled at ``fs_new`` covering at most ``0..fs/2`` Hz."""

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -59,6 +60,72 @@ def test_hop_at_standard_frame_count_equals_default_frontend_per_utterance(real_
         assert (out - ref).abs().max().item() <= 1e-4
 
 
+def test_hop_gradient_at_standard_frame_count_equals_default_frontend(real_batch):
+    # The fast framing (reflect-pad at each utterance's ends, strided gather) must back-propagate
+    # to the waveform exactly as torch.stft does.
+    wavs, _, _ = real_batch
+    fe, ref_fe = DynResFrontend(), default_frontend()
+    for w in wavs[::2]:
+        x_ref, x = w[None].clone().requires_grad_(True), w[None].clone().requires_grad_(True)
+        n = torch.tensor([len(w)])
+        ref, ref_len = ref_fe(x_ref, n)
+        out, _ = fe.hop_logmel(x, n, ref_len)
+        weights = torch.rand(ref.shape, generator=torch.Generator().manual_seed(len(w)))
+        (ref * weights).sum().backward()
+        (out * weights).sum().backward()
+        scale = x_ref.grad.abs().max()
+        assert scale > 0 and (x.grad - x_ref.grad).abs().max() <= 1e-4 * scale
+
+
+@pytest.mark.parametrize("num_samples", [1, 2, 5, 256, 257, 1000, 4000])
+def test_reflect_padded_mirrors_each_utterance_at_its_own_ends(num_samples):
+    # numpy's "reflect" (repeated for pads longer than the signal) is the reference; the batch
+    # holds a longer utterance so the short one is zero-padded as in an ESPnet batch.
+    fe = DynResFrontend(n_fft=512)
+    gen = torch.Generator().manual_seed(num_samples)
+    short, long = torch.randn(num_samples, generator=gen), torch.randn(5000, generator=gen)
+    speech, lengths = pad_batch([short, long])
+    padded = fe.reflect_padded(speech, lengths)
+    assert padded.shape == (2, 5000 + 512)
+    for b, w in enumerate((short, long)):
+        ref = np.pad(w.numpy(), 256, mode="reflect")
+        assert np.array_equal(padded[b, : len(w) + 512].numpy(), ref)
+
+
+@pytest.mark.parametrize("fs_hz", [None, [11200, 16000, 20800]])
+def test_batched_frame_shifts_are_bit_identical_to_the_policy(fs_hz):
+    fe = DynResFrontend()
+    gen = torch.Generator().manual_seed(0)
+    num_samples = torch.cat([torch.tensor([0, 1, 159, 160, 161, 257]), torch.randint(1, 600_000, (3000,), generator=gen)])
+    standard = 1 + num_samples // 160
+    # frame counts from far below to far above the clamp, and 1
+    scale = 0.2 + 1.6 * torch.rand(num_samples.shape, generator=gen, dtype=torch.float64)
+    num_frames = (standard * scale).long().clamp(min=1)
+    num_frames[:3] = 1
+    rates = None if fs_hz is None else torch.tensor(fs_hz)[torch.arange(len(num_samples)) % 3]
+    shifts = fe.policy.frame_shifts_samples(num_samples, num_frames, fs_hz=rates)
+    ref = [
+        fe.policy.frame_shift_samples(n, t, fs_hz=None if rates is None else int(rates[i]))
+        for i, (n, t) in enumerate(zip(num_samples.tolist(), num_frames.tolist()))
+    ]
+    assert shifts.dtype == torch.float64 and shifts.tolist() == ref
+    nonempty = num_samples > 0
+    assert torch.equal((1 + torch.floor(num_samples / shifts))[nonempty].long(), num_frames[nonempty])
+    with pytest.raises(ValueError, match="num_frames"):
+        fe.policy.frame_shifts_samples(torch.tensor([1600]), torch.tensor([0]))
+
+
+def test_framed_logmel_zeroes_frames_past_each_utterance(real_batch):
+    _, speech, lengths = real_batch
+    fe = DynResFrontend()
+    feats_lengths = 1 + lengths // 160
+    shifts = torch.full(lengths.shape, 160.0, dtype=torch.float64)
+    feats = fe.framed_logmel(speech, lengths, shifts, feats_lengths, fe.logmel)
+    assert feats.shape[1] == int(feats_lengths.max())
+    for b, t in enumerate(feats_lengths.tolist()):
+        assert (feats[b, t:] == 0).all() and (feats[b, :t] != 0).any(dim=-1).all()
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_training_batch_has_one_frame_count_and_no_padding(feasible_batch, method):
     _, speech, lengths = feasible_batch
@@ -101,6 +168,23 @@ def test_resample_snaps_rates_to_a_grid_and_keeps_exact_frame_counts(feasible_ba
     ideal = torch.tensor([fe.policy.frame_rate_hz(n, int(counts[0])) for n in lengths.tolist()])
     step_hz = fe.resample_grid_hz / fe.hop_length
     assert ((actual - ideal).abs() <= step_hz / 2 + 1e-3).all()
+
+
+def test_resample_groups_utterances_of_one_rate_and_matches_one_by_one(feasible_batch):
+    # Duplicated utterances snap to the same fs' and are resampled as rows of one tensor;
+    # each must still equal the utterance resampled alone, and rates must match the scalar rule.
+    wavs, _, _ = feasible_batch
+    wavs = list(wavs) + [wavs[0], wavs[2]]
+    speech, lengths = pad_batch(wavs)
+    fe = DynResFrontend(method="resample").train()
+    counts, _ = fe.frame_counts(lengths)
+    new_rates = fe.resample_rates_hz(lengths, counts)
+    assert new_rates.tolist() == [fe.resample_rate_hz(n, t) for n, t in zip(lengths.tolist(), counts.tolist())]
+    assert len(set(new_rates.tolist())) < len(wavs)
+    feats, rates = fe.resample_logmel(speech, lengths, counts)
+    for b, w in enumerate(wavs):
+        single, single_rate = fe.resample_logmel(w[None], lengths[b : b + 1], counts[b : b + 1])
+        assert torch.allclose(single[0], feats[b], atol=1e-4) and torch.equal(single_rate, rates[b : b + 1])
 
 
 @pytest.mark.parametrize("filterbank", ["original", "resampled"])
@@ -157,6 +241,19 @@ def test_inputs_shorter_than_one_window_do_not_crash(method):
     feats, feats_lengths = fe(speech, lengths)
     assert torch.isfinite(feats).all()
     assert feats.shape[0] == 3 and (feats_lengths >= 1).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_framing_handles_utterances_shorter_than_one_window(method):
+    # The framing itself (reflection repeated at the ends, as numpy's "reflect") copes with
+    # utterances shorter than n_fft / 2, whatever input check forward() applies first.
+    fe = DynResFrontend(method=method).train()
+    speech = torch.randn(3, 300, generator=torch.Generator().manual_seed(0))
+    lengths = torch.tensor([300, 100, 1])
+    counts = torch.tensor([3, 3, 3])
+    compute = fe.hop_logmel if method == "hop" else fe.resample_logmel
+    feats, rates = compute(speech, lengths, counts)
+    assert feats.shape == (3, 3, 80) and torch.isfinite(feats).all() and torch.isfinite(rates).all()
 
 
 def test_gradients_flow_and_shapes_are_checked():

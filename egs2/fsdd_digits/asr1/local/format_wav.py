@@ -9,8 +9,11 @@ Reads ``wav.scp`` (utt_id path), resamples every utterance with
 ``text``, ``utt2spk``, ``spk2utt``, ``utt2num_samples`` (samples at ``--fs``),
 ``feats_type`` (``raw``) and ``audio_format`` (``wav``).
 
-Errors name the utterance: unreadable audio, not mono, NaN/inf samples, or
-an utterance missing from ``text``.
+Errors name the utterance: unreadable or truncated audio, not mono, NaN/inf
+samples, or an utterance missing from ``text``
+(:mod:`espnet_dynres.input_checks`).  An empty recording is kept (empty):
+stage 4 removes it from training and validation sets and lists it; in a
+test set it is decoded to an empty hypothesis.
 """
 
 import argparse
@@ -18,7 +21,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
 import soundfile as sf
 import torch
 import torchaudio
@@ -27,6 +29,7 @@ from tqdm import tqdm
 from espnet2.fileio.read_text import read_2columns_text
 
 from espnet_dynres.frame_rate_policy import parse_fs
+from espnet_dynres.input_checks import check_audio_file, check_waveform
 
 
 
@@ -48,15 +51,14 @@ def main() -> None:
     scp_lines, ns_lines = [], []
     for utt, path in tqdm(sorted(wav_scp.items()), desc=f"format {args.src.name}", unit="utt", mininterval=2.0):
         try:
+            check_audio_file(utt, path)  # unreadable, truncated, not mono
             audio, in_fs = sf.read(path, dtype="float32", always_2d=True)
+            check_waveform(audio, utt_id=utt, source=path, min_samples=0)  # NaN/inf
         except Exception as e:  # noqa: BLE001 — re-raised with the utterance named
-            sys.exit(f"format_wav.py: cannot read audio of utterance {utt} ({path}): {e}; re-run stage 1")
-        if audio.shape[1] != 1:
-            sys.exit(f"format_wav.py: utterance {utt} ({path}) has {audio.shape[1]} channels; this recipe expects mono")
-        if not np.isfinite(audio).all():
-            sys.exit(f"format_wav.py: utterance {utt} ({path}) has NaN/inf samples; re-create the file")
+            msg = str(e) if isinstance(e, ValueError) else f"cannot read audio of utterance {utt} ({path}): {e}"
+            sys.exit(f"format_wav.py: {msg} (then re-run stage 1 or 3)")
         wav = torch.from_numpy(audio[:, 0])
-        if in_fs != fs_hz:
+        if in_fs != fs_hz and wav.numel() > 0:  # an empty file stays empty; stage 4 lists it (train/dev)
             wav = torchaudio.functional.resample(wav, in_fs, fs_hz)  # (T_samples_out,)
         out = data_dir / f"{utt}.wav"
         sf.write(out, wav.clamp(-1.0, 1.0).numpy(), fs_hz, subtype="PCM_16")

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The GPU benchmark of issue #7 in one command: dynres vs the numel baseline, short
+# training of conf/train_asr_conformer_dynres.yaml with bf16 autocast (about 5 min on
+# one H200; needs no network).  Extra arguments go to benchmarks/gpu_benchmark.py.
+#
+#   bash benchmarks/run_gpu_benchmark.sh                          # a GPU machine: the measurement
+#   bash benchmarks/run_gpu_benchmark.sh --device cpu --dry_run   # anywhere: the code paths, tiny sizes
+#
+# Results: gpu_benchmark.{json,md} and gpu_benchmark.log in $OUT when set (the device
+# tool's output folder), else in /tmp/gpu_benchmark/results.
+#
+# Python environment, first that works:
+#   1. the repository's .venv (install.sh), if it imports torch;
+#   2. python3 with torch and torchaudio preinstalled (a device machine's image: Python
+#      3.12, torch 2.11) plus the pure-Python packages ESPnet needs, unpacked from
+#      .gpu_carry/site.tar.gz onto PYTHONPATH.  Make that here, once, with
+#          .venv/bin/python benchmarks/pack_gpu_env.py
+#      and take it along with the device tool's  carry: [".gpu_carry"].
+#   The repository goes on PYTHONPATH (no pip install: setup.py pins Python 3.11).
+# FSDD recordings: $FSDD_DIR, else ../shared/data/fsdd/recordings, else
+# .gpu_carry/fsdd/recordings (../shared does not travel to a device machine).
+# Everything is checked before any work starts; a failed check names what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+die() { echo "run_gpu_benchmark: $*" >&2; exit 1; }
+
+device=cuda
+for ((i = 1; i <= $#; i++)); do
+    if [ "${!i}" = "--device" ]; then j=$((i + 1)); device=${!j:-cuda}; fi
+done
+
+# 1-2. Python with torch.
+if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; then
+    py=.venv/bin/python
+    env_note="repository .venv"
+elif command -v python3 >/dev/null && python3 -c "import torch, torchaudio" 2>/dev/null; then
+    py=$(command -v python3)
+    env_note="$(python3 -c 'import sys; print(sys.executable)') (preinstalled torch)"
+    if ! python3 -c "import espnet2" 2>/dev/null; then
+        [ -f .gpu_carry/site.tar.gz ] || die "ESPnet is not installed for ${py} and .gpu_carry/site.tar.gz is missing:
+  on a machine with the repository's .venv run '.venv/bin/python benchmarks/pack_gpu_env.py',
+  then pass carry: [\".gpu_carry\"] to the device tool."
+        site=${TMPDIR:-/tmp}/gpu_benchmark_site
+        rm -rf "${site}" && mkdir -p "${site}"
+        tar xzf .gpu_carry/site.tar.gz -C "${site}"
+        export PYTHONPATH="${site}/site${PYTHONPATH:+:${PYTHONPATH}}"
+        env_note="${env_note} + .gpu_carry/site.tar.gz"
+    fi
+else
+    die "no Python with torch and torchaudio: run install.sh (creates .venv) or use a machine whose python3 has them."
+fi
+export PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}"
+export PYTHONUNBUFFERED=1
+
+# Imports the benchmark needs, with a clear message for each that fails.
+"${py}" - "${device}" <<'EOF' || die "the Python environment above is incomplete (see the import errors)."
+import importlib, sys
+missing = []
+for name in ("torch", "torchaudio", "numpy", "yaml", "soundfile", "sentencepiece", "typeguard",
+             "espnet2.tasks.asr", "espnet2.train.trainer", "espnet2.bin.tokenize_text", "espnet_dynres"):
+    try:
+        importlib.import_module(name)
+    except Exception as e:  # report every failure, not only the first
+        missing.append(f"  {name}: {type(e).__name__}: {e}")
+if missing:
+    print("run_gpu_benchmark: cannot import:\n" + "\n".join(missing), file=sys.stderr)
+    sys.exit(1)
+import torch
+if sys.argv[1] == "cuda" and not torch.cuda.is_available():
+    print("run_gpu_benchmark: --device cuda but torch.cuda.is_available() is False; "
+          "for a CPU check pass --device cpu --dry_run", file=sys.stderr)
+    sys.exit(1)
+print(f"run_gpu_benchmark: python {sys.version.split()[0]}, torch {torch.__version__}, "
+      f"device {torch.cuda.get_device_name(0) if sys.argv[1] == 'cuda' else 'cpu'}")
+EOF
+
+# FSDD recordings.
+fsdd=${FSDD_DIR:-}
+for cand in "${fsdd}" "${repo}/../shared/data/fsdd/recordings" "${repo}/.gpu_carry/fsdd/recordings"; do
+    if [ -n "${cand}" ] && ls "${cand}"/*.wav >/dev/null 2>&1; then fsdd=${cand}; break; fi
+done
+ls "${fsdd}"/*.wav >/dev/null 2>&1 || die "no FSDD recordings: set FSDD_DIR, or carry .gpu_carry (benchmarks/pack_gpu_env.py copies them)."
+
+out=${OUT:-/tmp/gpu_benchmark/results}
+mkdir -p "${out}"
+echo "run_gpu_benchmark: environment: ${env_note}; FSDD: ${fsdd}; results: ${out}"
+set -o pipefail
+"${py}" benchmarks/gpu_benchmark.py --fsdd_dir "${fsdd}" --out_dir "${out}" "$@" 2>&1 | tee "${out}/gpu_benchmark.log"

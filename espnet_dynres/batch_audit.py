@@ -1,0 +1,477 @@
+"""Batch audit: what a batch sampler does to a corpus, in numbers.
+
+Given the batches a sampler yields in two epochs and the utterance lengths from
+ESPnet shape files, :func:`audit_batches` computes (numpy, vectorized; 1M
+utterances in seconds):
+
+* **batch count and batch-size distribution** (utterances per batch);
+* **padding fraction** — padded feature frames / all feature frames computed,
+  ``Σ_b (B_b · T_b − Σ_i frames_i) / Σ_b B_b · T_b``.  For ESPnet's samplers
+  every utterance has its standard frame count ``1 + samples // hop_length``
+  and a batch is padded to its longest member (``T_b`` = max).  For ``dynres``
+  a planned batch has ``B × T`` frames and no padding (every utterance is
+  brought to ``T``); a *fallback batch* (planned ``T`` is ``None``) is computed
+  at the standard rate and padded like ESPnet's;
+* **per-batch target-token counts** (sum of the text shape file's first field
+  over the batch): min / 5 % / median / 95 % / max / coefficient of variation
+  (std / mean, population std);
+* **composition change between two epochs** — the fraction of utterance pairs
+  that share a batch in epoch 1 and no longer share one in epoch 2
+  (``1 − pairs still together / pairs together in epoch 1``; ``None`` when
+  epoch 1 has no batch of two).  It ignores batch order.  ESPnet's samplers
+  build their batch list once and the trainer's ``SequenceIterFactory`` only
+  shuffles the order of batches each epoch, so for them it is 0 by
+  construction; a sampler that redraws batches each epoch scores above 0.
+
+:func:`build_batches` builds the batches with ESPnet's own
+``build_batch_sampler`` (unsorted, sorted, folded, length, numel — with the
+arguments ESPnet's trainer passes) or with the ``dynres`` sampler, and reports
+the build time.  The CLI is :mod:`espnet_dynres.bin.audit_batches`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
+BATCH_TYPES = ESPNET_BATCH_TYPES + ("dynres",)
+
+
+# --------------------------------------------------------------------- input
+@dataclass(frozen=True)
+class ShapeTable:
+    """Utterance lengths read from shape files.
+
+    Attributes:
+        keys: utterance ids in file order.
+        num_samples: ``(N,)`` int64, samples per utterance (speech shape file,
+            first field).
+        num_tokens: ``(N,)`` int64 target tokens per utterance (text shape
+            file, first field), or ``None`` without a text shape file.
+    """
+
+    keys: List[str]
+    num_samples: np.ndarray
+    num_tokens: Optional[np.ndarray] = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def read_shape_file(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
+    """Keys and first fields of an ESPnet shape file (``utt_id N[,D...]`` per line).
+
+    Returns:
+        ``(keys, lengths)`` with ``lengths (N,)`` int64 in file order.
+
+    Raises:
+        ValueError: a malformed line (names the file and line number), a
+            duplicate key, or an empty file.
+    """
+    keys: List[str] = []
+    values: List[int] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split(maxsplit=1)
+            if not parts:
+                continue
+            try:
+                values.append(int(parts[1].split(",", 1)[0]))
+            except (IndexError, ValueError):
+                raise ValueError(
+                    f"{path}:{lineno}: expected 'utt_id N[,D]' (an ESPnet shape file), got {line.rstrip()!r}"
+                ) from None
+            keys.append(parts[0])
+    if not keys:
+        raise ValueError(f"0 utterances in shape file {path}")
+    if len(set(keys)) != len(keys):
+        seen, dup = set(), None
+        for k in keys:
+            if k in seen:
+                dup = k
+                break
+            seen.add(k)
+        raise ValueError(f"utterance {dup} appears more than once in shape file {path}")
+    return keys, np.asarray(values, dtype=np.int64)
+
+
+def read_shape_table(speech_shape: Union[str, Path], text_shape: Optional[Union[str, Path]] = None) -> ShapeTable:
+    """:class:`ShapeTable` from a speech shape file and an optional text shape file.
+
+    Raises:
+        ValueError: malformed files, or keys differing between the two files
+            (the message names up to 5 keys on each side and the fix).
+    """
+    keys, samples = read_shape_file(speech_shape)
+    tokens = None
+    if text_shape is not None:
+        text_keys, text_tokens = read_shape_file(text_shape)
+        index = dict(zip(text_keys, range(len(text_keys))))
+        if len(index) != len(keys) or any(k not in index for k in keys):
+            missing = [k for k in keys if k not in index][:5]
+            extra = sorted(set(text_keys) - set(keys))[:5]
+            raise ValueError(
+                f"{text_shape} lacks {missing} and has extra {extra} compared with {speech_shape}; "
+                "use the shape files of one collect-stats run (stage 10)."
+            )
+        tokens = text_tokens[np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))]
+    return ShapeTable(keys=keys, num_samples=samples, num_tokens=tokens)
+
+
+# -------------------------------------------------------------------- output
+@dataclass(frozen=True)
+class Distribution:
+    """Summary of a per-batch quantity (e.g. batch size, target tokens).
+
+    ``cv`` is the coefficient of variation, population std / mean (0 for a
+    constant quantity, ``nan`` for mean 0).
+    """
+
+    min: float
+    p5: float
+    median: float
+    p95: float
+    max: float
+    mean: float
+    cv: float
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> "Distribution":
+        v = np.asarray(values, dtype=np.float64)
+        if v.size == 0:
+            raise ValueError("cannot summarise an empty list of batches")
+        p5, median, p95 = np.percentile(v, [5, 50, 95])
+        mean = float(v.mean())
+        cv = float(v.std() / mean) if mean != 0 else math.nan
+        return cls(float(v.min()), float(p5), float(median), float(p95), float(v.max()), mean, cv)
+
+
+@dataclass
+class BatchAudit:
+    """What :func:`audit_batches` measured (epoch 1 unless said otherwise).
+
+    Attributes:
+        batch_type: the sampler's name (free text, for reports).
+        num_utterances: utterances in the shape files.
+        num_utterances_in_batches: utterance slots in epoch 1's batches (equal to
+            ``num_utterances`` when every utterance is used exactly once).
+        num_batches: batches in epoch 1.
+        batch_size: utterances per batch.
+        total_frames: ``Σ B × T`` feature frames computed, padding included.
+        padded_frames: of those, frames that are padding.
+        padding_fraction: ``padded_frames / total_frames``.
+        num_fallback_batches: batches without a planned ``T`` (``dynres`` only;
+            0 for ESPnet's samplers, whose batches are all padded).
+        tokens: per-batch target-token counts, ``None`` without a text shape file.
+        composition_change: fraction of epoch-1 co-batched utterance pairs not
+            co-batched in epoch 2 (module docstring); ``None`` if undefined.
+        build_time_sec: seconds to build the sampler and draw epoch 1's
+            batches (0 when not measured).
+        batch_sizes, batch_frames, batch_padded_frames, batch_tokens,
+        batch_min_sec, batch_max_sec: ``(num_batches,)`` per-batch arrays in the
+            sampler's order (sizes, ``B × T`` frames, padded frames, target tokens
+            or ``None``, shortest and longest member in seconds).
+    """
+
+    batch_type: str
+    num_utterances: int
+    num_utterances_in_batches: int
+    num_batches: int
+    batch_size: Distribution
+    total_frames: int
+    padded_frames: int
+    padding_fraction: float
+    num_fallback_batches: int
+    tokens: Optional[Distribution]
+    composition_change: Optional[float]
+    build_time_sec: float = 0.0
+    batch_sizes: np.ndarray = field(default=None, repr=False)
+    batch_frames: np.ndarray = field(default=None, repr=False)
+    batch_padded_frames: np.ndarray = field(default=None, repr=False)
+    batch_tokens: Optional[np.ndarray] = field(default=None, repr=False)
+    batch_min_sec: np.ndarray = field(default=None, repr=False)
+    batch_max_sec: np.ndarray = field(default=None, repr=False)
+
+    def summary(self) -> Dict:
+        """JSON-ready dict of the scalar results (no per-batch arrays; NaN becomes ``None``)."""
+        out = asdict(self)
+        for name in ("batch_sizes", "batch_frames", "batch_padded_frames", "batch_tokens",
+                     "batch_min_sec", "batch_max_sec"):
+            out.pop(name)
+
+        def clean(x):
+            if isinstance(x, dict):
+                return {k: clean(v) for k, v in x.items()}
+            return None if isinstance(x, float) and math.isnan(x) else x
+
+        return clean(out)
+
+
+# ----------------------------------------------------------------- the audit
+def _flat_indices(batches: Sequence[Sequence[str]], index: Dict[str, int], what: str) -> Tuple[np.ndarray, np.ndarray]:
+    """``(flat utterance indices, batch sizes)`` for a list of batches of keys."""
+    sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+    try:
+        flat = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(batches)), dtype=np.int64,
+                           count=int(sizes.sum()))
+    except KeyError as e:
+        raise ValueError(
+            f"utterance {e.args[0]} in the {what} batches is not in the shape files; "
+            "audit the sampler with the shape files it was built from."
+        ) from None
+    return flat, sizes
+
+
+def _change_from_flat(
+    num_keys: int, flat_a: np.ndarray, sizes_a: np.ndarray, flat_b: np.ndarray, sizes_b: np.ndarray
+) -> Optional[float]:
+    pairs_a = int((sizes_a * (sizes_a - 1) // 2).sum())
+    if pairs_a == 0:
+        return None
+    batch_a = np.full(num_keys, -1, dtype=np.int64)
+    batch_b = np.full(num_keys, -1, dtype=np.int64)
+    batch_a[flat_a] = np.repeat(np.arange(len(sizes_a)), sizes_a)
+    batch_b[flat_b] = np.repeat(np.arange(len(sizes_b)), sizes_b)
+    both = (batch_a >= 0) & (batch_b >= 0)
+    cell = np.sort(batch_a[both] * max(len(sizes_b), 1) + batch_b[both])
+    if cell.size == 0:
+        return 1.0
+    bounds = np.flatnonzero(np.diff(cell)) + 1
+    counts = np.diff(np.concatenate([[0], bounds, [cell.size]]))
+    kept = int((counts * (counts - 1) // 2).sum())
+    return 1.0 - kept / pairs_a
+
+
+def composition_change(
+    batches_a: Sequence[Sequence[str]], batches_b: Sequence[Sequence[str]], keys: Optional[Sequence[str]] = None
+) -> Optional[float]:
+    """Fraction of utterance pairs co-batched in ``batches_a`` that are not in ``batches_b``.
+
+    ``1 − Σ_{a,b} C(|A_a ∩ B_b|, 2) / Σ_a C(|A_a|, 2)``, computed from each
+    utterance's batch index in both lists (a sort over the utterances, not a
+    loop over pairs).  Utterances missing from ``batches_b`` count as separated.
+    ``keys`` (default: every key in either list) must contain every key.
+    Returns ``None`` when no batch in ``batches_a`` has two utterances.
+
+    Raises:
+        ValueError: a key not in ``keys``.
+    """
+    if keys is None:
+        keys = sorted({k for b in batches_a for k in b} | {k for b in batches_b for k in b})
+    index = dict(zip(keys, range(len(keys))))
+    flat_a, sizes_a = _flat_indices(batches_a, index, "first epoch's")
+    flat_b, sizes_b = _flat_indices(batches_b, index, "second epoch's")
+    return _change_from_flat(len(keys), flat_a, sizes_a, flat_b, sizes_b)
+
+
+def audit_batches(
+    table: ShapeTable,
+    batches_epoch1: Sequence[Sequence[str]],
+    batches_epoch2: Optional[Sequence[Sequence[str]]] = None,
+    *,
+    hop_length_samples: int,
+    fs_hz: int,
+    planned_frames: Optional[Sequence[Optional[int]]] = None,
+    batch_type: str = "",
+    build_time_sec: float = 0.0,
+) -> BatchAudit:
+    """Audit one epoch's batches (and the change to a second epoch's).
+
+    Args:
+        table: utterance lengths (samples) and optional target tokens.
+        batches_epoch1: the sampler's batches in epoch 1 (tuples of keys).
+        batches_epoch2: the batches in epoch 2; ``None`` skips the composition
+            change (reported as ``None``).
+        hop_length_samples: standard frame shift; an utterance of ``L`` samples
+            has ``1 + L // hop_length_samples`` standard frames.
+        fs_hz: sampling rate of the shape file's samples (for durations in s).
+        planned_frames: per batch of epoch 1, the frame count ``T`` every member
+            is brought to (``dynres``), or ``None`` for a batch padded at the
+            standard rate; omit for samplers that pad every batch (ESPnet's).
+        batch_type: name for the report.
+        build_time_sec: measured build time to carry into the report.
+
+    Raises:
+        ValueError: no batches, an empty batch, a key not in ``table``,
+            ``planned_frames`` of the wrong length, or a planned ``T < 1``.
+    """
+    if len(batches_epoch1) == 0:
+        raise ValueError(f"{batch_type or 'the sampler'} produced 0 batches")
+    index = dict(zip(table.keys, range(len(table))))
+    flat, sizes = _flat_indices(batches_epoch1, index, "epoch-1")
+    if (sizes == 0).any():
+        raise ValueError(f"batch {int(np.argmax(sizes == 0))} of {batch_type or 'the sampler'} is empty")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+
+    std_frames = 1 + table.num_samples[flat] // int(hop_length_samples)
+    max_std = np.maximum.reduceat(std_frames, starts)
+    sum_std = np.add.reduceat(std_frames, starts)
+    seconds = table.num_samples[flat] / float(fs_hz)
+    min_sec = np.minimum.reduceat(seconds, starts)
+    max_sec = np.maximum.reduceat(seconds, starts)
+
+    if planned_frames is None:
+        planned = np.full(len(sizes), -1, dtype=np.int64)
+    else:
+        if len(planned_frames) != len(sizes):
+            raise ValueError(f"planned_frames has {len(planned_frames)} entries for {len(sizes)} batches")
+        planned = np.fromiter((-1 if t is None else int(t) for t in planned_frames), dtype=np.int64,
+                              count=len(sizes))
+        if ((planned < 1) & (planned != -1)).any():
+            raise ValueError("a planned frame count must be >= 1 (or None for a fallback batch)")
+    padded_batch = planned == -1
+    batch_frames = np.where(padded_batch, sizes * max_std, sizes * planned)
+    batch_padded = np.where(padded_batch, sizes * max_std - sum_std, 0)
+    total = int(batch_frames.sum())
+    padded = int(batch_padded.sum())
+
+    batch_tokens = None
+    tokens = None
+    if table.num_tokens is not None:
+        batch_tokens = np.add.reduceat(table.num_tokens[flat], starts)
+        tokens = Distribution.of(batch_tokens)
+
+    change = None
+    if batches_epoch2 is not None:
+        flat2, sizes2 = _flat_indices(batches_epoch2, index, "epoch-2")
+        change = _change_from_flat(len(table), flat, sizes, flat2, sizes2)
+
+    return BatchAudit(
+        batch_type=batch_type,
+        num_utterances=len(table),
+        num_utterances_in_batches=int(sizes.sum()),
+        num_batches=len(sizes),
+        batch_size=Distribution.of(sizes),
+        total_frames=total,
+        padded_frames=padded,
+        padding_fraction=padded / total if total else 0.0,
+        num_fallback_batches=int(padded_batch.sum()) if planned_frames is not None else 0,
+        tokens=tokens,
+        composition_change=change,
+        build_time_sec=build_time_sec,
+        batch_sizes=sizes,
+        batch_frames=batch_frames,
+        batch_padded_frames=batch_padded,
+        batch_tokens=batch_tokens,
+        batch_min_sec=min_sec,
+        batch_max_sec=max_sec,
+    )
+
+
+# ------------------------------------------------------------ the samplers
+@dataclass
+class SamplerBatches:
+    """Batches of two epochs as the trainer would see them (order aside).
+
+    Attributes:
+        epoch1, epoch2: lists of key tuples.
+        planned_frames: per batch of epoch 1, the planned ``T`` (``None`` =
+            padded at the standard rate); ``None`` for ESPnet's samplers.
+        build_time_sec: seconds (wall clock) to build the sampler (reading the
+            shape files included) and draw epoch 1's batches.
+        build_cpu_sec: the same in CPU seconds of this process (less
+            sensitive to other load on the machine).
+        sampler: the sampler object (for its ``repr``).
+    """
+
+    epoch1: List[Tuple[str, ...]]
+    epoch2: List[Tuple[str, ...]]
+    planned_frames: Optional[List[Optional[int]]]
+    build_time_sec: float
+    build_cpu_sec: float = 0.0
+    sampler: object = field(repr=False, default=None)
+
+
+def build_batches(
+    batch_type: str,
+    speech_shape: Union[str, Path],
+    text_shape: Optional[Union[str, Path]] = None,
+    *,
+    batch_size: int = 20,
+    batch_bins: int = 1000000,
+    fold_lengths: Sequence[int] = (80000, 150),
+    sort_in_batch: str = "descending",
+    sort_batch: str = "ascending",
+    min_batch_size: int = 1,
+    policy=None,
+    max_batch_size: Optional[int] = None,
+    seed: int = 0,
+    utt2min_frames: Optional[Dict[str, int]] = None,
+) -> SamplerBatches:
+    """Build a sampler and draw the batches of epochs 1 and 2.
+
+    ESPnet batch types go through ``espnet2.samplers.build_batch_sampler`` with
+    the trainer's arguments (shape files ``[speech_shape, text_shape]``,
+    ``fold_lengths`` one per shape file, ``drop_last=False``); ESPnet builds the
+    batch list once, so epoch 2 holds the same batches (the trainer only
+    reorders them).  ``dynres`` builds
+    :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
+    (``batch_bins`` in feature frames ``B × T``; ``policy`` required) and, if the
+    sampler redraws per epoch (``batches_for_epoch``), asks it for epochs 1
+    and 2.
+
+    Raises:
+        ValueError: unknown ``batch_type``, ``dynres`` without ``policy``.
+    """
+    shape_files = [str(speech_shape)] + ([str(text_shape)] if text_shape is not None else [])
+    start, start_cpu = time.perf_counter(), time.process_time()
+    if batch_type in ESPNET_BATCH_TYPES:
+        from espnet2.samplers.build_batch_sampler import build_batch_sampler
+
+        sampler = build_batch_sampler(
+            type=batch_type,
+            batch_size=batch_size,
+            batch_bins=batch_bins,
+            shape_files=shape_files,
+            fold_lengths=list(fold_lengths)[: len(shape_files)],
+            sort_in_batch=sort_in_batch,
+            sort_batch=sort_batch,
+            drop_last=False,
+            min_batch_size=min_batch_size,
+        )
+        epoch1 = list(sampler)
+        build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        epoch2 = list(sampler)
+        planned = None
+    elif batch_type == "dynres":
+        if policy is None:
+            raise ValueError("batch_type dynres needs the frontend's FrameRatePolicy (policy=...)")
+        from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
+
+        wanted = dict(
+            batch_bins=batch_bins,
+            shape_files=shape_files,
+            policy=policy,
+            min_batch_size=min_batch_size,
+            max_batch_size=max_batch_size,
+            sort_in_batch=sort_in_batch,
+            sort_batch=sort_batch,
+            utt2min_frames=utt2min_frames,
+            seed=seed,
+            shuffle=True,
+        )
+        accepted = inspect.signature(DynResBatchSampler.__init__).parameters
+        if max_batch_size is not None and "max_batch_size" not in accepted:
+            raise ValueError("this DynResBatchSampler has no max_batch_size option")
+        sampler = DynResBatchSampler(**{k: v for k, v in wanted.items() if k in accepted})
+        if hasattr(sampler, "batches_for_epoch"):
+            epoch1 = list(sampler.batches_for_epoch(1))
+            planned = list(sampler.frames_for_epoch(1))
+            build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+            epoch2 = list(sampler.batches_for_epoch(2))
+        else:  # a sampler that plans its batches once
+            epoch1 = list(sampler.batch_list)
+            planned = list(sampler.batch_frames)
+            build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+            epoch2 = list(sampler.batch_list)
+    else:
+        raise ValueError(f"unknown batch_type {batch_type!r}; choose from {', '.join(BATCH_TYPES)}")
+    return SamplerBatches(epoch1, epoch2, planned, build_time, build_cpu, sampler)

@@ -1,0 +1,214 @@
+"""``python -m espnet_dynres.bin.audit_batches``: padding, batch sizes and token counts of a batch sampler.
+
+Builds the batches a training run would get from ESPnet shape files and
+prints batch count, batch-size distribution, padding fraction (feature frames
+at the standard rate; ``dynres`` planned batches have none), per-batch
+target-token counts and how much batch composition changes from epoch 1 to
+epoch 2; writes a PNG plot and optionally JSON.  Definitions:
+:mod:`espnet_dynres.batch_audit`.
+
+Examples (recipe shape files)::
+
+    python -m espnet_dynres.bin.audit_batches --batch_type numel --batch_bins 320000 \\
+        --speech_shape exp/asr_stats_raw_word/train/speech_shape \\
+        --text_shape exp/asr_stats_raw_word/train/text_shape.word --plot numel.png
+    python -m espnet_dynres.bin.audit_batches --batch_type dynres --batch_bins 2000 \\
+        --fs 16000 --hop_length 160 --min_frame_rate_hz 70 --max_frame_rate_hz 130 \\
+        --speech_shape exp/asr_stats_raw_word/train/speech_shape \\
+        --text_shape exp/asr_stats_raw_word/train/text_shape.word --plot dynres.png
+
+``--batch_bins`` means what it means for the batch type: samples × dims
+(padding included) for ``numel``, samples for ``length``, feature frames
+``B × T`` for ``dynres``; ``--batch_size`` is used by unsorted, sorted and
+folded.  With ``--text_shape`` the ESPnet samplers get both shape files, as
+ESPnet's trainer passes them (``numel`` then also counts tokens × vocabulary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+
+from espnet_dynres.batch_audit import BATCH_TYPES, BatchAudit, Distribution, audit_batches, build_batches, read_shape_table
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m espnet_dynres.bin.audit_batches",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--speech_shape", required=True, help="speech shape file: 'utt_id num_samples' per line")
+    p.add_argument("--text_shape", default=None, help="text shape file ('utt_id num_tokens,vocab'): token counts")
+    p.add_argument("--batch_type", required=True, choices=BATCH_TYPES)
+    p.add_argument("--batch_size", type=int, default=20, help="unsorted, sorted, folded (ESPnet's default 20)")
+    p.add_argument("--batch_bins", type=int, default=None,
+                   help="numel/length: ESPnet bins (default 1000000); dynres: feature frames B x T (required)")
+    p.add_argument("--fold_length", type=int, action="append", default=None,
+                   help="folded: one per shape file (default asr.sh's 80000 for speech, 150 for text)")
+    p.add_argument("--sort_in_batch", default="descending", choices=["descending", "ascending"])
+    p.add_argument("--sort_batch", default="ascending", choices=["descending", "ascending"])
+    p.add_argument("--min_batch_size", type=int, default=1)
+    g = p.add_argument_group("frames and the dynres frame-rate policy (frontend_conf)")
+    g.add_argument("--fs", type=int, default=16000, help="sampling rate of the shape file's samples (Hz)")
+    g.add_argument("--hop_length", type=int, default=160, help="standard frame shift (samples)")
+    g.add_argument("--min_frame_rate_hz", type=float, default=70.0)
+    g.add_argument("--max_frame_rate_hz", type=float, default=130.0)
+    g.add_argument("--fallback_frame_rate_hz", type=float, default=50.0)
+    g.add_argument("--max_batch_size", type=int, default=None, help="dynres: most utterances per batch")
+    g.add_argument("--seed", type=int, default=0, help="dynres: seed of the per-epoch redraw")
+    g.add_argument("--ctc_input_layer", default=None,
+                   help="dynres: apply the trainer's CTC safety for this encoder input_layer (e.g. conv2d), "
+                        "with U = token count from --text_shape (repeats unknown: a lower bound)")
+    o = p.add_argument_group("output")
+    o.add_argument("--plot", default=None, help="write a PNG plot here")
+    o.add_argument("--json", default=None, help="write the summary as JSON here ('-' = stdout)")
+    return p
+
+
+def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
+    """Plain-text report of an audit (what the CLI prints)."""
+
+    def dist(d: Distribution, fmt: str = "{:.0f}") -> str:
+        cells = [fmt.format(x) for x in (d.min, d.p5, d.median, d.p95, d.max)]
+        return "  ".join(f"{n}={c}" for n, c in zip(("min", "5%", "median", "95%", "max"), cells)) + \
+            f"  mean={d.mean:.1f}  CV={d.cv:.3f}"
+
+    change = "n/a (no batch of 2)" if audit.composition_change is None else f"{audit.composition_change:.4f}"
+    lines = [
+        f"batch type            : {audit.batch_type}" + (f"  [{sampler_repr}]" if sampler_repr else ""),
+        f"utterances            : {audit.num_utterances} (in batches: {audit.num_utterances_in_batches})",
+        f"batches               : {audit.num_batches}",
+        f"batch size            : {dist(audit.batch_size)}",
+        f"padding fraction      : {audit.padding_fraction:.4f}  "
+        f"({audit.padded_frames} of {audit.total_frames} feature frames)",
+    ]
+    if audit.batch_type == "dynres":
+        lines.append(f"fallback batches      : {audit.num_fallback_batches} (padded at the standard rate)")
+    lines.append("tokens per batch      : " + (dist(audit.tokens) if audit.tokens else "n/a (no --text_shape)"))
+    lines.append(f"composition change    : {change}  (epoch-1 co-batched pairs apart in epoch 2)")
+    lines.append(f"build time            : {audit.build_time_sec:.2f} s")
+    return "\n".join(lines)
+
+
+def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None) -> None:
+    """Four panels: batch sizes, per-batch padding, tokens, duration span per batch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
+    ax[0, 0].hist(audit.batch_sizes, bins=min(50, max(5, int(audit.batch_sizes.max()))), color="tab:blue")
+    ax[0, 0].set(xlabel="utterances per batch", ylabel="batches", title="batch size")
+
+    pad = audit.batch_padded_frames / np.maximum(audit.batch_frames, 1)
+    ax[0, 1].plot(np.arange(audit.num_batches), 100 * pad, ".", ms=3, color="tab:red")
+    ax[0, 1].set(xlabel="batch (sampler order)", ylabel="padding (% of B x T frames)",
+                 title=f"padding: {100 * audit.padding_fraction:.2f} % of all frames")
+
+    if audit.batch_tokens is not None:
+        ax[1, 0].hist(audit.batch_tokens, bins=50, color="tab:green")
+        ax[1, 0].set(xlabel="target tokens per batch", ylabel="batches",
+                     title=f"tokens per batch (CV {audit.tokens.cv:.2f})")
+    else:
+        ax[1, 0].text(0.5, 0.5, "no text shape file", ha="center", va="center")
+        ax[1, 0].set_axis_off()
+
+    order = np.lexsort((audit.batch_min_sec, audit.batch_max_sec))
+    x = np.arange(audit.num_batches)
+    lo, hi = audit.batch_min_sec[order], audit.batch_max_sec[order]
+    ax[1, 1].fill_between(x, lo, hi, step="mid", color="tab:purple", alpha=0.35, lw=0)
+    ax[1, 1].step(x, hi, where="mid", color="tab:purple", lw=0.8, label="longest")
+    ax[1, 1].step(x, lo, where="mid", color="tab:orange", lw=0.8, label="shortest")
+    ax[1, 1].legend(loc="upper left")
+    ax[1, 1].set(xlabel="batch (by longest utterance)", ylabel="duration (s)", yscale="log",
+                 title="shortest to longest utterance per batch")
+    change = "n/a" if audit.composition_change is None else f"{audit.composition_change:.3f}"
+    fig.suptitle(title or f"{audit.batch_type}: {audit.num_batches} batches, {audit.num_utterances} utterances, "
+                 f"composition change epoch 1->2: {change}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def ctc_min_frames_from_tokens(keys: List[str], tokens: np.ndarray, input_layer: str) -> dict:
+    """``utt2min_frames`` for the dynres sampler from token counts (``U``, repeats unknown)."""
+    from espnet_dynres.ctc_feasibility import min_feature_frames
+
+    need = {int(u): min_feature_frames(int(u), input_layer) for u in np.unique(tokens)}
+    return {k: need[int(u)] for k, u in zip(keys, tokens)}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = get_parser().parse_args(argv)
+    policy = None
+    batch_bins = args.batch_bins
+    if args.batch_type == "dynres":
+        from espnet_dynres.frame_rate_policy import FrameRatePolicy
+
+        if batch_bins is None:
+            raise SystemExit("--batch_type dynres needs --batch_bins: the frame budget B x T (feature frames)")
+        policy = FrameRatePolicy(
+            fs=args.fs,
+            hop_length=args.hop_length,
+            min_frame_rate_hz=args.min_frame_rate_hz,
+            max_frame_rate_hz=args.max_frame_rate_hz,
+            fallback_frame_rate_hz=args.fallback_frame_rate_hz,
+        )
+    elif batch_bins is None:
+        batch_bins = 1000000  # ESPnet's default
+    if args.ctc_input_layer is not None and (args.batch_type != "dynres" or args.text_shape is None):
+        raise SystemExit("--ctc_input_layer needs --batch_type dynres and --text_shape (token counts)")
+
+    table = read_shape_table(args.speech_shape, args.text_shape)
+    fold_lengths = args.fold_length if args.fold_length else [80000, 150]
+    utt2min_frames = None
+    if args.ctc_input_layer is not None:
+        utt2min_frames = ctc_min_frames_from_tokens(table.keys, table.num_tokens, args.ctc_input_layer)
+    built = build_batches(
+        args.batch_type,
+        args.speech_shape,
+        args.text_shape,
+        batch_size=args.batch_size,
+        batch_bins=batch_bins,
+        fold_lengths=fold_lengths,
+        sort_in_batch=args.sort_in_batch,
+        sort_batch=args.sort_batch,
+        min_batch_size=args.min_batch_size,
+        policy=policy,
+        max_batch_size=args.max_batch_size,
+        seed=args.seed,
+        utt2min_frames=utt2min_frames,
+    )
+    audit = audit_batches(
+        table,
+        built.epoch1,
+        built.epoch2,
+        hop_length_samples=args.hop_length,
+        fs_hz=args.fs,
+        planned_frames=built.planned_frames,
+        batch_type=args.batch_type,
+        build_time_sec=built.build_time_sec,
+    )
+    print(format_report(audit, repr(built.sampler)))
+    if args.plot:
+        plot_audit(audit, args.plot)
+        print(f"plot                  : {args.plot}")
+    if args.json:
+        summary = audit.summary()
+        text = json.dumps(summary, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,454 @@
+"""Checks of data, settings and inputs, each failing with a message that names the culprit and the fix.
+
+Each function checks one kind of bad input at the earliest point that can see
+it (see ``docs/troubleshooting.md`` for where each is called):
+
+=====================================  ==========================================  ================================
+problem                                function                                    called from
+=====================================  ==========================================  ================================
+stereo / NaN / inf / too short wav     :func:`check_waveform`                      recipe stage 3, decoding
+unreadable, truncated, wrong rate      :func:`check_audio_file`,                   recipe stage 3, decoding
+                                       :func:`check_audio_files`
+training batch with NaN / inf          :func:`check_speech_batch`                  ``frontend: dynres`` forward
+shape files vs ``wav.scp`` / ``text``  :func:`check_shape_file_keys`               iterator build
+shape-file lengths too short           :func:`check_shape_file_lengths`            (:func:`check_training_data`)
+transcript with no tokens              :func:`check_transcripts`
+typos in ``*_conf``                    :func:`check_task_conf_keys`                model build
+                                                                                   (:func:`with_conf_key_check`)
+``feats_stats.npz`` of another size    :func:`check_normalize_stats`               ``model: token_normalized``
+=====================================  ==========================================  ================================
+
+``nbpe`` too small for the text is checked by the recipe's
+``local/check_bpe_vocab.py`` (stage 5), which needs no ESPnet import.
+
+Units: ``*_samples`` are waveform samples, ``*_frames`` feature frames,
+``*_hz`` sampling or frame rates.  Every check raises ``ValueError`` (bad data or
+settings) except :func:`check_conf_keys`, which raises ``TypeError`` as Python
+does for an unexpected keyword argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import inspect
+import re
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+import numpy as np
+import soundfile
+import torch
+
+# Data types of ``*_data_path_and_name_and_type`` that are Kaldi-style "key value" files.
+KEYED_FILE_TYPES = {
+    "sound", "multi_columns_sound", "variable_columns_sound", "kaldi_ark", "npy", "text", "text_int",
+    "text_float", "csv_int", "csv_float", "rttm", "score", "duration", "sound_with_rate",
+}  # fmt: skip
+SHOWN_KEYS = 5  # keys named in a message; the count is always given
+# libsndfile's header log for a WAV whose data chunk runs past the end of the file.
+_TRUNCATED_DATA_CHUNK = re.compile(r"^data\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
+
+
+def _first(keys: Iterable[str]) -> List[str]:
+    return sorted(keys)[:SHOWN_KEYS]
+
+
+# ------------------------------------------------------------------------------------------- waveforms
+
+
+def min_input_samples(n_fft: int, hop_length: int, min_frames: int = 1) -> int:
+    """Fewest samples a frontend with ``center=True`` framing can turn into ``min_frames`` frames.
+
+    ``torch.stft(center=True)`` reflect-pads ``n_fft // 2`` samples at each end,
+    which needs at least ``n_fft // 2 + 1`` samples; ``1 + L // hop_length >=
+    min_frames`` needs ``L >= (min_frames - 1) * hop_length``.
+    """
+    return max(n_fft // 2 + 1, (int(min_frames) - 1) * int(hop_length))
+
+
+def check_waveform(
+    wav: Union[np.ndarray, torch.Tensor],
+    *,
+    utt_id: str,
+    source: str = "",
+    min_samples: int = 1,
+) -> None:
+    """Reject a waveform that the frontend cannot turn into features.
+
+    Args:
+        wav: ``(T_samples,)`` or ``(T_samples, C)`` samples (float or int).
+        utt_id: the utterance, named in the message.
+        source: where it came from (file path or ``wav.scp`` line), named in the message.
+        min_samples: fewest samples accepted (see :func:`min_input_samples`; 0 accepts
+            an empty waveform, e.g. at decoding, where it gets an empty hypothesis).
+
+    Raises:
+        ValueError: more than one channel; fewer than ``min_samples``
+            samples; NaN or inf samples.
+    """
+    where = f"utterance {utt_id}" + (f" ({source})" if source else "")
+    shape = tuple(wav.shape)
+    if len(shape) == 2 and shape[1] == 1:
+        wav = wav[:, 0]
+    elif len(shape) != 1:
+        channels = shape[1] if len(shape) == 2 else "?"
+        raise ValueError(
+            f"{where} has shape {shape} ({channels} channels); mono (T_samples,) is expected. "
+            "Down-mix or pick one channel when preparing the data (e.g. `sox in.wav -c 1 out.wav`)."
+        )
+    n = int(wav.shape[0])
+    if n < int(min_samples):
+        raise ValueError(
+            f"{where} has {n} samples; at least {int(min_samples)} are needed for one analysis "
+            "window. Remove it from training data (recipe stage 4, --min_wav_duration) or re-create the file."
+        )
+    finite = torch.isfinite(wav).all() if isinstance(wav, torch.Tensor) else np.isfinite(wav).all()
+    if not bool(finite):
+        bad = int((~torch.isfinite(wav)).sum()) if isinstance(wav, torch.Tensor) else int((~np.isfinite(wav)).sum())
+        raise ValueError(f"{where} has {bad} NaN/inf samples of {n}; re-create or remove the file.")
+
+
+def check_speech_batch(speech: torch.Tensor, speech_lengths: torch.Tensor, *, min_samples: int) -> None:
+    """Reject a batch that would make the frontend fail or emit NaN features.
+
+    The last line of defence (utterance ids are not known inside the model);
+    the message gives the batch index and length so that the utterance can be
+    found with :func:`check_audio_files` / the recipe's stage 3.
+
+    Args:
+        speech: ``(B, T_samples)`` float, zero-padded.
+        speech_lengths: ``(B,)`` int64 samples before padding.
+        min_samples: fewest samples per utterance (:func:`min_input_samples`).
+
+    Raises:
+        ValueError: an utterance shorter than ``min_samples``, or NaN/inf samples.
+    """
+    short = (speech_lengths < int(min_samples)).nonzero().flatten().tolist()
+    if short:
+        lengths = [int(speech_lengths[b]) for b in short[:SHOWN_KEYS]]
+        raise ValueError(
+            f"batch items {short[:SHOWN_KEYS]} have {lengths} samples, fewer than the {int(min_samples)} one "
+            "analysis window needs. Remove such utterances from the data (recipe stage 4, --min_wav_duration; "
+            "with asr.sh, --min_wav_duration) and re-run collect-stats."
+        )
+    # A finite sum proves every sample finite in one pass (isfinite().all() costs ~4 passes,
+    # ~10 % of the frontend's forward); an overflowing sum falls through to the exact test.
+    if not bool(torch.isfinite(speech.sum())) and not bool(torch.isfinite(speech).all()):
+        items = (~torch.isfinite(speech)).any(dim=1).nonzero().flatten().tolist()
+        raise ValueError(
+            f"batch items {items[:SHOWN_KEYS]} have NaN/inf samples (lengths "
+            f"{[int(speech_lengths[b]) for b in items[:SHOWN_KEYS]]}). Find and re-create the files "
+            "(recipe stage 3 reports them by name) or check the data augmentation."
+        )
+
+
+# ------------------------------------------------------------------------------------------- audio files
+
+
+def check_audio_file(utt_id: str, path: str, *, fs_hz: Optional[int] = None, mono: bool = True) -> soundfile._SoundFileInfo:
+    """Read the header of one audio file and reject what training or decoding could not use.
+
+    Args:
+        utt_id: the utterance, named in the message.
+        path: the audio file (``wav.scp``'s second column; pipes are not supported).
+        fs_hz: expected sampling rate (Hz); ``None`` = any.
+        mono: reject files with more than one channel.
+
+    Returns:
+        ``soundfile.info(path)``.
+
+    Raises:
+        ValueError: unreadable (missing, not audio, no data), truncated (a WAV
+            data chunk longer than the file), a sampling rate other than
+            ``fs_hz``, or more than one channel when ``mono``.
+    """
+    try:
+        info = soundfile.info(path)
+    except Exception as e:  # noqa: BLE001 — libsndfile's many error types, re-raised with the utterance named
+        raise ValueError(f"cannot read audio of utterance {utt_id} ({path}): {e}. Re-create or remove the file.") from e
+    truncated = _TRUNCATED_DATA_CHUNK.search(info.extra_info or "")
+    if truncated:
+        raise ValueError(
+            f"audio of utterance {utt_id} ({path}) is truncated: its header announces {truncated[1]} bytes of "
+            f"samples but the file holds {truncated[2]}. Re-create the file (interrupted copy or write?)."
+        )
+    if fs_hz is not None and int(info.samplerate) != int(fs_hz):
+        raise ValueError(
+            f"utterance {utt_id} ({path}) is sampled at {info.samplerate} Hz, but the model expects {fs_hz} Hz. "
+            f"Resample the data to {fs_hz} Hz (recipe stage 3, --fs; or `sox in.wav -r {fs_hz} out.wav`)."
+        )
+    if mono and info.channels != 1:
+        raise ValueError(
+            f"utterance {utt_id} ({path}) has {info.channels} channels; mono is expected. "
+            "Down-mix or pick one channel (e.g. `sox in.wav -c 1 out.wav`)."
+        )
+    return info
+
+
+def read_keyed_file(path: Union[str, Path]) -> Dict[str, str]:
+    """A Kaldi-style ``key value`` file as a dict (value ``""`` for a key alone on its line).
+
+    Raises:
+        ValueError: a key that appears twice (named with its line number).
+    """
+    table: Dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            parts = line.rstrip("\n").split(maxsplit=1)
+            if not parts:
+                continue
+            if parts[0] in table:
+                raise ValueError(f"{path}:{line_no}: key {parts[0]} appears twice; keep one line per utterance.")
+            table[parts[0]] = parts[1] if len(parts) > 1 else ""
+    return table
+
+
+def check_audio_files(
+    wav_scp: Union[str, Path], *, fs_hz: Optional[int] = None, keys: Optional[Iterable[str]] = None, mono: bool = True
+) -> int:
+    """:func:`check_audio_file` for every utterance of ``wav_scp`` (or of ``keys``); headers only.
+
+    Returns:
+        the number of files checked.
+
+    Raises:
+        ValueError: the first bad file (see :func:`check_audio_file`), or a key
+            of ``keys`` missing from ``wav_scp``.
+    """
+    table = read_keyed_file(wav_scp)
+    wanted = list(table) if keys is None else list(keys)
+    missing = [k for k in wanted if k not in table]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} utterances are not in {wav_scp}, e.g. {_first(missing)}; use a key file made from it."
+        )
+    for key in wanted:
+        path = table[key]
+        if path.endswith("|"):
+            continue  # a pipe: nothing to inspect before running it
+        check_audio_file(key, path, fs_hz=fs_hz, mono=mono)
+    return len(wanted)
+
+
+# ------------------------------------------------------------------------------------------- data dirs
+
+
+def check_shape_file_keys(shape_files: Sequence[str], data_files: Sequence[Tuple[str, str, str]]) -> None:
+    """Every utterance of the shape files is in every data file, and the other way round.
+
+    Args:
+        shape_files: ESPnet shape files (``utt_id N[,C]``), e.g. ``speech_shape``.
+        data_files: ``(path, name, type)`` as in ``--train_data_path_and_name_and_type``;
+            only Kaldi-style keyed types are read.
+
+    Raises:
+        ValueError: naming the file, how many keys are missing or extra, up to
+            five of them, and the fix (re-run collect-stats for this data dir).
+    """
+    if not shape_files:
+        return
+    shape_keys = set(read_keyed_file(shape_files[0]))
+    for path, name, kind in data_files:
+        if kind not in KEYED_FILE_TYPES:
+            continue
+        data_keys = set(read_keyed_file(path))
+        missing, extra = shape_keys - data_keys, data_keys - shape_keys
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(
+                    f"{len(missing)} in the shape file only (e.g. {_first(missing)}; training would fail when it "
+                    "reaches them)"
+                )
+            if extra:
+                parts.append(f"{len(extra)} in the data file only (e.g. {_first(extra)}; they would never be trained on)")
+            raise ValueError(
+                f"shape file {shape_files[0]} and data file {path} ({name}) list different utterances: "
+                f"{', '.join(parts)}. The data dir changed after the shape files were made: re-run collect-stats "
+                "(recipe stage 10, asr.sh stage 10) for this data dir."
+            )
+
+
+def check_shape_file_lengths(shape_file: str, *, min_samples: int) -> None:
+    """Every utterance of a speech shape file has at least ``min_samples`` samples.
+
+    Raises:
+        ValueError: naming how many are shorter, up to five of them with their
+            lengths, and the fix (the filter stage).
+    """
+    short = {}
+    for key, value in read_keyed_file(shape_file).items():
+        n = int(value.split(",")[0]) if value else 0
+        if n < min_samples:
+            short[key] = n
+    if short:
+        shown = {k: short[k] for k in _first(short)}
+        raise ValueError(
+            f"{len(short)} utterances in {shape_file} have fewer than {min_samples} samples (one analysis window), "
+            f"e.g. {shown}. Remove them before training: recipe stage 4 (--min_wav_duration), "
+            "or asr.sh --min_wav_duration; then re-run collect-stats."
+        )
+
+
+def check_transcripts(text_file: str, *, utt2num_tokens: Optional[Mapping[str, int]] = None) -> None:
+    """Every training transcript has at least one token.
+
+    Args:
+        text_file: Kaldi-style ``text`` (``utt_id transcript``).
+        utt2num_tokens: optional token counts after the task's preprocessing
+            (cleaner + tokenizer); without it, an empty or blank line is the test.
+
+    Raises:
+        ValueError: naming how many transcripts are empty, up to five
+            utterances, and the fix.
+    """
+    table = read_keyed_file(text_file)
+    if utt2num_tokens is None:
+        empty = [k for k, v in table.items() if not v.strip()]
+    else:
+        empty = [k for k, n in utt2num_tokens.items() if int(n) == 0]
+    if empty:
+        raise ValueError(
+            f"{len(empty)} transcripts in {text_file} have no tokens, e.g. {_first(empty)}. CTC and the "
+            "token-normalized loss have nothing to learn from them: remove them (recipe stage 4 does) or "
+            "write the transcript."
+        )
+
+
+# ------------------------------------------------------------------------------------------- settings
+
+
+def closest_key(key: str, valid: Iterable[str]) -> Optional[str]:
+    """The valid key most similar to ``key`` (``difflib``), or ``None`` if none is close."""
+    matches = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def accepted_keywords(cls: type) -> Optional[Set[str]]:
+    """Keyword names ``cls(...)`` accepts, following ``**kwargs`` up the MRO; ``None`` if open-ended."""
+    names: Set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object or "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            return names
+    return None
+
+
+def check_conf_keys(conf: Optional[Mapping], cls: type, conf_name: str) -> None:
+    """Every key of ``conf`` is an argument of ``cls``; a typo gets the closest valid key.
+
+    Raises:
+        TypeError: ``<conf_name>`` has an unknown key; the message suggests the
+            closest valid key and lists the valid ones.
+    """
+    valid = accepted_keywords(cls)
+    if not conf or valid is None:
+        return
+    for key in conf:
+        if key not in valid:
+            guess = closest_key(key, valid)
+            hint = f"did you mean {guess!r}? " if guess else ""
+            raise TypeError(
+                f"{conf_name} has an unknown key {key!r} for {cls.__name__}; {hint}"
+                f"valid keys: {', '.join(sorted(valid))}."
+            )
+
+
+def check_task_conf_keys(task: type, args: argparse.Namespace) -> None:
+    """:func:`check_conf_keys` for every ``--<name>`` / ``--<name>_conf`` pair of an ESPnet task.
+
+    E.g. ``frontend_conf`` against the chosen frontend class, ``model_conf``
+    against the model class (``ESPnetASRModel``'s arguments for
+    ``model: token_normalized``).
+
+    Raises:
+        TypeError: the first unknown key (see :func:`check_conf_keys`).
+    """
+    for choices in task.class_choices_list:
+        chosen = getattr(args, choices.name, None)
+        if chosen is None:
+            continue
+        check_conf_keys(getattr(args, f"{choices.name}_conf", None), choices.get_class(chosen), f"{choices.name}_conf")
+
+
+def with_conf_key_check(build_model: Callable) -> Callable:
+    """Wrap a task's ``build_model(cls, args)`` so that conf typos fail first, with a suggestion."""
+
+    @functools.wraps(build_model)
+    def checked(cls, args: argparse.Namespace):
+        check_task_conf_keys(cls, args)
+        return build_model(cls, args)
+
+    return checked
+
+
+def check_normalize_stats(frontend: Optional[torch.nn.Module], normalize: Optional[torch.nn.Module]) -> None:
+    """``feats_stats.npz`` (``normalize: global_mvn``) has one mean per frontend output dimension.
+
+    Raises:
+        ValueError: the statistics' dimension differs from
+            ``frontend.output_size()``; names the stats file and the fix.
+    """
+    mean = getattr(normalize, "mean", None)
+    if frontend is None or not isinstance(mean, torch.Tensor):
+        return
+    if mean.numel() != frontend.output_size():
+        stats_file = getattr(normalize, "stats_file", "the statistics file")
+        raise ValueError(
+            f"{stats_file} holds statistics of {mean.numel()}-dimensional features, but the frontend gives "
+            f"{frontend.output_size()} (n_mels). The statistics come from another frontend setting: re-run "
+            "collect-stats (recipe stage 10) with this config, or point normalize_conf stats_file at the matching file."
+        )
+
+
+# ------------------------------------------------------------------------------------------- training start
+
+
+def training_min_samples(args: argparse.Namespace) -> int:
+    """Fewest samples a training utterance needs: one analysis window and the encoder's minimum input.
+
+    From ``frontend_conf`` (``n_fft`` 512 and ``hop_length`` 160 when absent,
+    ESPnet's defaults) and ``encoder_conf.input_layer`` (``conv2d`` needs 7
+    frames); 1 when the model takes features (``frontend: null``).
+    """
+    if getattr(args, "frontend", None) is None or getattr(args, "input_size", None) is not None:
+        return 1
+    from espnet_dynres.ctc_feasibility import min_feature_frames  # noqa: PLC0415 (light, avoids a cycle)
+
+    conf = getattr(args, "frontend_conf", None) or {}
+    input_layer = (getattr(args, "encoder_conf", None) or {}).get("input_layer", "conv2d")
+    try:
+        min_frames = min_feature_frames(1, input_layer)
+    except ValueError:
+        min_frames = 1
+    return min_input_samples(int(conf.get("n_fft", 512)), int(conf.get("hop_length", 160)), min_frames)
+
+
+def check_training_data(args: argparse.Namespace, iter_options) -> None:
+    """All start-of-training data checks for one iterator (train or valid), before any batch is built.
+
+    Args:
+        args: the task's arguments (``frontend``, ``frontend_conf``, ``encoder_conf``).
+        iter_options: ESPnet's ``IteratorOptions`` (``data_path_and_name_and_type``,
+            ``shape_files``).
+
+    Raises:
+        ValueError: shape files and data files list different utterances
+            (:func:`check_shape_file_keys`); an utterance shorter than
+            :func:`training_min_samples` (:func:`check_shape_file_lengths`); a
+            transcript with no tokens (:func:`check_transcripts`).
+    """
+    shape_files = list(iter_options.shape_files or [])
+    data_files = list(iter_options.data_path_and_name_and_type or [])
+    check_shape_file_keys(shape_files, data_files)
+    speech_shapes = [s for s in shape_files if Path(s).name.startswith("speech_shape")]
+    if speech_shapes:
+        check_shape_file_lengths(speech_shapes[0], min_samples=training_min_samples(args))
+    for path, name, kind in data_files:
+        if name == "text" and kind == "text":
+            check_transcripts(path)

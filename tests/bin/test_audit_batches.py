@@ -1,0 +1,57 @@
+import json
+
+import pytest
+
+from espnet_dynres.bin.audit_batches import main
+from factory import write_shape_files
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def shape_files(tmp_path):
+    # 0.4 s to 30 s, tokens ~ 1 per 0.6 s (as the digit corpus).
+    samples = [int(16000 * 0.4 * 1.03**i) for i in range(150)]
+    files, _ = write_shape_files(tmp_path, samples, tokens=[max(1, n // 9600) for n in samples])
+    return files
+
+
+@pytest.mark.parametrize(
+    "batch_type, extra",
+    [
+        ("numel", ["--batch_bins", "320000"]),
+        ("folded", ["--batch_size", "16"]),
+        ("dynres", ["--batch_bins", "2000", "--fs", "16000", "--hop_length", "160",
+                    "--min_frame_rate_hz", "70", "--max_frame_rate_hz", "130"]),
+    ],
+)
+def test_cli_end_to_end(tmp_path, shape_files, capsys, batch_type, extra):
+    plot, summary = tmp_path / f"{batch_type}.png", tmp_path / f"{batch_type}.json"
+    argv = ["--batch_type", batch_type, "--speech_shape", shape_files[0], "--text_shape", shape_files[1],
+            "--plot", str(plot), "--json", str(summary)] + extra
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for label in ("batches", "batch size", "padding fraction", "tokens per batch", "composition change"):
+        assert label in out
+    assert plot.read_bytes()[:8] == PNG_MAGIC and plot.stat().st_size > 10000
+    result = json.loads(summary.read_text())
+    assert result["batch_type"] == batch_type
+    assert result["num_utterances"] == result["num_utterances_in_batches"] == 150
+    assert sum(result["tokens"][k] is not None for k in ("min", "p5", "median", "p95", "max", "cv")) == 6
+    if batch_type == "dynres":
+        assert result["padding_fraction"] == 0.0 and result["num_fallback_batches"] == 0
+    else:
+        assert result["composition_change"] == 0.0
+        assert 0.0 < result["padding_fraction"] < 0.5
+
+
+def test_cli_json_to_stdout_without_text_shape(shape_files, capsys):
+    assert main(["--batch_type", "sorted", "--speech_shape", shape_files[0], "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])
+    assert result["tokens"] is None and result["num_batches"] == 150 // 20
+
+
+def test_cli_dynres_needs_a_frame_budget(shape_files):
+    with pytest.raises(SystemExit, match="batch_bins"):
+        main(["--batch_type", "dynres", "--speech_shape", shape_files[0]])

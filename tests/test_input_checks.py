@@ -1,0 +1,217 @@
+"""Every bad input of espnet_dynres.input_checks gets an error naming the utterance/file/key and the fix."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from espnet2.tasks.asr import ASRTask
+from espnet_dynres import input_checks as ic
+from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from factory import build_tiny_model, pad_batch, real_utterances, tiny_asr_args, write_wav
+
+FS_HZ = 16000
+
+
+@pytest.fixture(scope="module")
+def speech():
+    return real_utterances(1)[0]  # (T_samples,) float32 at 16 kHz
+
+
+# ------------------------------------------------------------------------------------------- waveforms
+
+
+def test_stereo_waveform_names_the_utterance_and_the_fix(speech):
+    stereo = torch.stack([speech, speech], dim=1)  # (T_samples, 2)
+    with pytest.raises(ValueError, match=r"utterance u1 \(a.wav\) .*2 channels.*mono.*sox"):
+        ic.check_waveform(stereo, utt_id="u1", source="a.wav")
+    ic.check_waveform(speech[:, None], utt_id="u1")  # (T, 1) is mono
+
+
+@pytest.mark.parametrize("num_samples", [0, 100])
+def test_empty_or_shorter_than_one_window(num_samples, speech):
+    need = ic.min_input_samples(n_fft=512, hop_length=160)
+    with pytest.raises(ValueError, match=rf"utterance u2 has {num_samples} samples; at least {need}.*--min_wav_duration"):
+        ic.check_waveform(speech[:num_samples], utt_id="u2", min_samples=need)
+    ic.check_waveform(speech[:need], utt_id="u2", min_samples=need)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nan_or_inf_samples(bad, speech):
+    wav = speech.clone()
+    wav[10:13] = bad
+    with pytest.raises(ValueError, match=r"utterance u3 has 3 NaN/inf samples"):
+        ic.check_waveform(wav, utt_id="u3")
+    with pytest.raises(ValueError, match="NaN/inf"):
+        ic.check_waveform(wav.numpy(), utt_id="u3")
+
+
+def test_training_batch_with_nan_fails_at_the_frontend(speech):
+    frontend = DynResFrontend(n_mels=20).train()
+    wavs = [speech, speech[:3000].clone()]
+    wavs[1][100] = float("nan")
+    with pytest.raises(ValueError, match=rf"batch items \[1\] have NaN/inf samples \(lengths \[{len(wavs[1])}\]\)"):
+        frontend(*pad_batch(wavs))
+
+
+def test_batch_with_an_utterance_shorter_than_the_minimum(speech):
+    speech_pad, lengths = pad_batch([speech, speech[:200]])
+    with pytest.raises(ValueError, match=r"batch items \[1\] have \[200\] samples, fewer than the 257.*--min_wav_duration"):
+        ic.check_speech_batch(speech_pad, lengths, min_samples=ic.min_input_samples(512, 160))
+    ic.check_speech_batch(speech_pad, lengths, min_samples=200)
+
+
+# ------------------------------------------------------------------------------------------- audio files
+
+
+def test_audio_file_unreadable_missing_or_not_audio(tmp_path):
+    with pytest.raises(ValueError, match=r"cannot read audio of utterance u4 \(.*missing.wav\)"):
+        ic.check_audio_file("u4", str(tmp_path / "missing.wav"))
+    (tmp_path / "junk.wav").write_bytes(b"not a wav file" * 10)
+    with pytest.raises(ValueError, match=r"cannot read audio of utterance u4 .*junk.wav.*Re-create"):
+        ic.check_audio_file("u4", str(tmp_path / "junk.wav"))
+
+
+def test_truncated_wav_is_named(tmp_path, speech):
+    full = write_wav(tmp_path / "full.wav", speech)
+    ic.check_audio_file("u5", str(full))
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"utterance u5 \(.*cut.wav\) is truncated"):
+        ic.check_audio_file("u5", str(cut))
+
+
+def test_wrong_sampling_rate_and_stereo_file(tmp_path, speech):
+    path = write_wav(tmp_path / "8k.wav", speech[:4000], fs_hz=8000)
+    with pytest.raises(ValueError, match=r"utterance u6 .* 8000 Hz, but the model expects 16000 Hz.*--fs"):
+        ic.check_audio_file("u6", str(path), fs_hz=FS_HZ)
+    stereo = write_wav(tmp_path / "st.wav", torch.stack([speech, speech], 1))
+    with pytest.raises(ValueError, match=r"utterance u6 .* 2 channels; mono"):
+        ic.check_audio_file("u6", str(stereo), fs_hz=FS_HZ)
+
+
+def test_check_audio_files_reads_every_entry_and_names_missing_keys(tmp_path, speech):
+    good = write_wav(tmp_path / "a.wav", speech)
+    bad = write_wav(tmp_path / "b.wav", speech[:4000], fs_hz=8000)
+    scp = tmp_path / "wav.scp"
+    scp.write_text(f"a {good}\nb {bad}\n")
+    assert ic.check_audio_files(scp, fs_hz=FS_HZ, keys=["a"]) == 1
+    with pytest.raises(ValueError, match="utterance b"):
+        ic.check_audio_files(scp, fs_hz=FS_HZ)
+    with pytest.raises(ValueError, match=r"1 utterances are not in .*wav.scp, e.g. \['zz'\]"):
+        ic.check_audio_files(scp, keys=["a", "zz"])
+
+
+def test_duplicate_key_in_a_data_file(tmp_path):
+    (tmp_path / "text").write_text("a one\nb two\na three\n")
+    with pytest.raises(ValueError, match=r"text:3: key a appears twice"):
+        ic.read_keyed_file(tmp_path / "text")
+
+
+# ------------------------------------------------------------------------------------------- data dirs
+
+
+def write(tmp_path, name, lines):
+    path = tmp_path / name
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def test_shape_file_keys_missing_from_or_extra_to_the_data(tmp_path):
+    shape = write(tmp_path, "speech_shape", ["a 16000", "b 16000", "c 16000"])
+    text = write(tmp_path, "text", ["a one", "b two", "c three"])
+    ic.check_shape_file_keys([shape], [(text, "text", "text")])
+    wav_scp = write(tmp_path, "wav.scp", ["a a.wav", "b b.wav", "d d.wav"])
+    with pytest.raises(ValueError) as e:
+        ic.check_shape_file_keys([shape], [(text, "text", "text"), (wav_scp, "speech", "sound")])
+    msg = str(e.value)
+    assert "1 in the shape file only (e.g. ['c']" in msg and "1 in the data file only (e.g. ['d']" in msg
+    assert "wav.scp" in msg and "re-run collect-stats" in msg
+    only_missing = write(tmp_path, "text_short", ["a one", "b two"])
+    with pytest.raises(ValueError) as e:
+        ic.check_shape_file_keys([shape], [(only_missing, "text", "text")])
+    assert "1 in the shape file only (e.g. ['c']" in str(e.value) and "data file only" not in str(e.value)
+
+
+def test_shape_file_lengths_shorter_than_the_encoder_input(tmp_path):
+    args = tiny_asr_args()
+    need = ic.training_min_samples(args)
+    assert need == 6 * 160  # conv2d needs 7 frames at a 160-sample hop
+    shape = write(tmp_path, "speech_shape", ["a 16000", f"b {need - 1}", "c 0"])
+    with pytest.raises(ValueError, match=rf"2 utterances in .*speech_shape have fewer than {need} samples.*'b': {need - 1}.*stage 4"):
+        ic.check_shape_file_lengths(shape, min_samples=need)
+
+
+def test_transcript_with_no_tokens(tmp_path):
+    text = write(tmp_path, "text", ["a one", "b", "c   "])
+    with pytest.raises(ValueError, match=r"2 transcripts in .*text have no tokens, e.g. \['b', 'c'\]"):
+        ic.check_transcripts(text)
+    ok = write(tmp_path, "text2", ["a one"])
+    ic.check_transcripts(ok)
+    with pytest.raises(ValueError, match=r"e.g. \['a'\]"):
+        ic.check_transcripts(ok, utt2num_tokens={"a": 0})
+
+
+def test_check_training_data_runs_every_check(tmp_path):
+    args = tiny_asr_args()
+    shape = write(tmp_path, "speech_shape", ["a 16000", "b 16000"])
+    text = write(tmp_path, "text", ["a one", "b"])
+    options = types.SimpleNamespace(shape_files=[shape], data_path_and_name_and_type=[(text, "text", "text")])
+    with pytest.raises(ValueError, match="no tokens"):
+        ic.check_training_data(args, options)
+    options.shape_files = [write(tmp_path, "speech_shape", ["a 16000"])]
+    with pytest.raises(ValueError, match="list different utterances"):
+        ic.check_training_data(args, options)
+
+
+# ------------------------------------------------------------------------------------------- settings
+
+
+def parse(*argv):
+    return ASRTask.get_parser().parse_args(["--output_dir", "x", "--token_list", "t", *argv])
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--frontend", "dynres", "--frontend_conf", "min_frame_rate=60"], r"frontend_conf has an unknown key 'min_frame_rate' for DynResFrontend; did you mean 'min_frame_rate_hz'\?"),
+        (["--model", "token_normalized", "--model_conf", "ctc_wieght=0.3"], r"model_conf has an unknown key 'ctc_wieght' for TokenNormalizedASRModel; did you mean 'ctc_weight'\?"),
+        (["--encoder", "conformer", "--encoder_conf", "num_block=2"], r"did you mean 'num_blocks'\?"),
+    ],
+)
+def test_conf_typos_get_the_closest_valid_key(argv, match):
+    with pytest.raises(TypeError, match=match):
+        ic.check_task_conf_keys(ASRTask, parse(*argv))
+
+
+def test_conf_key_check_runs_before_the_model_is_built():
+    args = tiny_asr_args(frontend_conf={"n_mels": 20, "max_frame_rate": 120})
+    build = ic.with_conf_key_check(ASRTask.build_model.__func__)
+    with pytest.raises(TypeError, match="did you mean 'max_frame_rate_hz'"):
+        build(ASRTask, args)
+    assert build(ASRTask, tiny_asr_args()) is not None  # valid settings still build
+    ic.check_task_conf_keys(ASRTask, parse("--frontend", "dynres", "--model", "token_normalized"))
+
+
+@pytest.mark.parametrize(
+    "conf, match",
+    [
+        (dict(min_frame_rate_hz=140.0, max_frame_rate_hz=130.0), "min_frame_rate_hz=140.*Fix frontend_conf"),
+        (dict(min_frame_rate_hz=70.0, fallback_frame_rate_hz=80.0), r"fallback_frame_rate_hz=80.*min_frame_rate_hz=70.*Fix frontend_conf"),
+    ],
+)
+def test_invalid_rate_clamp_in_frontend_conf(conf, match):
+    with pytest.raises(ValueError, match=match):
+        DynResFrontend(**conf)
+
+
+def test_feats_stats_of_another_dimension_fails_at_model_build(tmp_path):
+    stats = tmp_path / "feats_stats.npz"
+    np.savez(stats, count=np.array(100), sum=np.zeros(40), sum_square=np.full(40, 100.0))
+    with pytest.raises(ValueError, match=r"feats_stats.npz holds statistics of 40-dimensional features, but the frontend gives 20.*re-run collect-stats"):
+        build_tiny_model(normalize="global_mvn", normalize_conf={"stats_file": str(stats)})
+    np.savez(stats, count=np.array(100), sum=np.zeros(20), sum_square=np.full(20, 100.0))
+    build_tiny_model(normalize="global_mvn", normalize_conf={"stats_file": str(stats)})
