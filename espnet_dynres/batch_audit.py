@@ -41,6 +41,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from espnet_dynres.samplers.dynres_batch_sampler import read_shape_file
+
 ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
 BATCH_TYPES = ESPNET_BATCH_TYPES + ("dynres",)
 
@@ -64,43 +66,6 @@ class ShapeTable:
 
     def __len__(self) -> int:
         return len(self.keys)
-
-
-def read_shape_file(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
-    """Keys and first fields of an ESPnet shape file (``utt_id N[,D...]`` per line).
-
-    Returns:
-        ``(keys, lengths)`` with ``lengths (N,)`` int64 in file order.
-
-    Raises:
-        ValueError: a malformed line (names the file and line number), a
-            duplicate key, or an empty file.
-    """
-    keys: List[str] = []
-    values: List[int] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split(maxsplit=1)
-            if not parts:
-                continue
-            try:
-                values.append(int(parts[1].split(",", 1)[0]))
-            except (IndexError, ValueError):
-                raise ValueError(
-                    f"{path}:{lineno}: expected 'utt_id N[,D]' (an ESPnet shape file), got {line.rstrip()!r}"
-                ) from None
-            keys.append(parts[0])
-    if not keys:
-        raise ValueError(f"0 utterances in shape file {path}")
-    if len(set(keys)) != len(keys):
-        seen, dup = set(), None
-        for k in keys:
-            if k in seen:
-                dup = k
-                break
-            seen.add(k)
-        raise ValueError(f"utterance {dup} appears more than once in shape file {path}")
-    return keys, np.asarray(values, dtype=np.int64)
 
 
 def read_shape_table(speech_shape: Union[str, Path], text_shape: Optional[Union[str, Path]] = None) -> ShapeTable:

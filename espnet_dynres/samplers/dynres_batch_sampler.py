@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 from typeguard import typechecked
@@ -23,14 +24,14 @@ def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
     All shape files must list the same utterances.
 
     Raises:
-        RuntimeError: empty shape file, or keys differing between shape files
-            (the message names up to 5 keys missing from each side).
+        ValueError: a malformed or empty first shape file (:func:`read_shape_file`).
+        RuntimeError: keys differing between shape files (the message names up
+            to 5 keys missing from each side).
     """
     if len(shape_files) == 0:
         raise RuntimeError("batch_type dynres needs at least one shape file (speech_shape)")
-    first = _read_first_column(shape_files[0])
-    if len(first) == 0:
-        raise RuntimeError(f"0 lines found in shape file {shape_files[0]}")
+    keys, lengths = read_shape_file(shape_files[0])
+    first = dict(zip(keys, lengths.tolist()))
     for path in shape_files[1:]:
         d = load_num_sequence_text(path, loader_type="csv_int")  # other shape files: keys only
         if set(d) != set(first):
@@ -43,26 +44,39 @@ def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
     return first
 
 
-def _read_first_column(path: str) -> Dict[str, int]:
-    """``utt_id N[,C...]`` lines → ``{utt_id: N}``; ESPnet's format, read in one pass.
+def read_shape_file(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
+    """Keys and first fields of an ESPnet shape file (``utt_id N[,D...]`` per line), in one pass.
+
+    Returns:
+        ``(keys, lengths)``: utterance ids in file order and ``lengths (N,)`` int64
+        (samples for ``speech_shape``, tokens for ``text_shape``).
 
     Raises:
-        RuntimeError: a malformed line or a repeated key, naming the file and line.
+        ValueError: a malformed line or a repeated key (naming the file and line),
+            or an empty file.
     """
-    out: Dict[str, int] = {}
+    keys: List[str] = []
+    values: List[int] = []
+    seen: Set[str] = set()
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             parts = line.split(maxsplit=1)
             if not parts:
                 continue
             try:
-                key, value = parts[0], int(parts[1].split(",", 1)[0])
+                values.append(int(parts[1].split(",", 1)[0]))
             except (IndexError, ValueError):
-                raise RuntimeError(f"{path}:{lineno}: expected 'utt_id N[,C]', got {line.rstrip()!r}") from None
-            if key in out:
-                raise RuntimeError(f"{path}:{lineno}: utterance {key} appears twice; rebuild the shape file")
-            out[key] = value
-    return out
+                raise ValueError(
+                    f"{path}:{lineno}: expected 'utt_id N[,D]' (an ESPnet shape file), got {line.rstrip()!r}"
+                ) from None
+            key = parts[0]
+            if key in seen:
+                raise ValueError(f"{path}:{lineno}: utterance {key} appears twice; rebuild the shape file")
+            seen.add(key)
+            keys.append(key)
+    if not keys:
+        raise ValueError(f"0 utterances in shape file {path}")
+    return keys, np.asarray(values, dtype=np.int64)
 
 
 class DynResBatchSampler(AbsSampler):

@@ -150,8 +150,8 @@ def test_bad_options_are_rejected(tmp_path):
 def test_shape_file_errors_name_the_line(tmp_path):
     bad = tmp_path / "speech_shape"
     bad.write_text("utt1 16000\nutt1 8000\n")
-    with pytest.raises(RuntimeError, match="speech_shape:2: utterance utt1 appears twice"):
+    with pytest.raises(ValueError, match="speech_shape:2: utterance utt1 appears twice"):
         DynResBatchSampler(batch_bins=1000, shape_files=[str(bad)], policy=POLICY)
     bad.write_text("utt1 16000\nutt2 abc\n")
-    with pytest.raises(RuntimeError, match="speech_shape:2: expected"):
+    with pytest.raises(ValueError, match="speech_shape:2: expected"):
         DynResBatchSampler(batch_bins=1000, shape_files=[str(bad)], policy=POLICY)
