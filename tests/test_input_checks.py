@@ -196,6 +196,34 @@ def test_conf_key_check_runs_before_the_model_is_built():
     ic.check_task_conf_keys(ASRTask, parse("--frontend", "dynres", "--model", "token_normalized"))
 
 
+@pytest.mark.parametrize("grad_clip, setting", [(5.0, "5"), (0.0, "off"), (-1.0, "off"), (1.5, "1.5")])
+def test_token_normalized_grad_clip_above_one_or_off_is_warned_about(grad_clip, setting):
+    args = tiny_asr_args(grad_clip=grad_clip)
+    with pytest.warns(ic.GradClipWarning, match=rf"grad_clip {setting}: .*Set grad_clip: 1"):
+        assert ic.check_token_normalized_grad_clip(args)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(grad_clip=1.0), dict(grad_clip=0.5), dict(model="espnet", grad_clip=5.0),
+     dict(grad_clip=5.0, collect_stats=True)],
+    ids=["clip1", "clip0.5", "espnet-model", "collect-stats"],
+)
+def test_grad_clip_check_is_silent_where_the_rule_holds_or_does_not_apply(overrides):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ic.GradClipWarning)
+        assert not ic.check_token_normalized_grad_clip(tiny_asr_args(**overrides))
+
+
+def test_grad_clip_check_runs_when_espnet_builds_the_model():
+    import espnet_dynres  # noqa: F401  (the registered ASRTask.build_model is the wrapped one)
+
+    with pytest.warns(ic.GradClipWarning):
+        ASRTask.build_model(tiny_asr_args(grad_clip=5.0))
+
+
 @pytest.mark.parametrize(
     "conf, match",
     [

@@ -8,10 +8,12 @@ gradient norm before clipping — and the losses) and, where decoded, their
 
 Both runs see the same batches in the same order (same shape files, same
 ``numel`` sampler, ESPnet shuffles batch order with ``seed + epoch``), so the
-token_normalized run's per-step counts (``batch_tokens`` N, ``att_targets`` D;
-batch size B = D − N) also describe the default model's step.  That puts the
-default model's per-utterance losses on the same per-token scale:
-``ctc_weight · loss_ctc · B / N + (1 − ctc_weight) · loss_att · B / D``.
+token_normalized run's per-step counts (``batch_tokens`` N, ``batch_size`` B)
+also describe the default model's step.  That puts the default model's
+per-utterance losses on the same per-token scale:
+``(ctc_weight · loss_ctc + (1 − ctc_weight) · loss_att) · B / max(N, 1)``.
+(Logs of the earlier loss definition, commit a8756e7, carry ``att_targets`` D
+instead, with B = D − N and the attention term divided by D.)
 
 Measured per run: coefficient of variation (std / mean) of the per-step
 gradient norm, fraction of steps clipped, CV of the per-step per-token
@@ -117,13 +119,17 @@ def main() -> None:
     n = min(len(stock_steps), len(tn_steps))
     stock_steps, tn_steps = stock_steps[:n], tn_steps[:n]
     tokens = np.array([s["batch_tokens"] for s in tn_steps])
-    targets = np.array([s["att_targets"] for s in tn_steps])
-    batch = targets - tokens
     lam = args.ctc_weight
     stock_ctc = np.array([s.get("loss_ctc", 0.0) for s in stock_steps])
     stock_att = np.array([s.get("loss_att", 0.0) for s in stock_steps])
-    stock_per_token = lam * stock_ctc * batch / np.maximum(tokens, 1) + (1 - lam) * stock_att * batch / targets
-    tn_per_token = np.array([s["loss_per_token"] for s in tn_steps])
+    if "att_targets" in tn_steps[0]:  # the earlier definition (commit a8756e7)
+        targets = np.array([s["att_targets"] for s in tn_steps])
+        batch = targets - tokens
+        stock_per_token = lam * stock_ctc * batch / np.maximum(tokens, 1) + (1 - lam) * stock_att * batch / targets
+    else:
+        batch = np.array([s["batch_size"] for s in tn_steps])
+        stock_per_token = (lam * stock_ctc + (1 - lam) * stock_att) * batch / np.maximum(tokens, 1)
+    tn_per_token = np.array([s.get("loss_per_token", s["loss"]) for s in tn_steps])
 
     epochs_done = min(len(stock_epochs), len(tn_epochs))
     summary = {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Which per-step scalars reached TensorBoard: grad_norm, batch_tokens, loss_per_token, the drop counts.
+"""Which per-step scalars reached TensorBoard: grad_norm, batch_tokens, batch_size, loss, the drop counts.
 
 Usage: python benchmarks/loss_normalization/tensorboard_tags.py EXP_DIR/tensorboard/train [...]
 """
@@ -8,7 +8,7 @@ import sys
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-KEYS = ("grad_norm", "batch_tokens", "loss_per_token", "ctc_tokens", "ctc_infeasible", "empty_transcripts")
+KEYS = ("grad_norm", "batch_tokens", "batch_size", "loss", "ctc_infeasible", "empty_transcripts")
 
 for event_dir in sys.argv[1:]:
     acc = EventAccumulator(event_dir, size_guidance={"scalars": 0})

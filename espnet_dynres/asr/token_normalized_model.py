@@ -12,81 +12,62 @@ from typeguard import typechecked
 from espnet2.asr.espnet_model import ESPnetASRModel
 
 from espnet_dynres import input_checks
-from espnet_dynres.ctc_feasibility import ctc_frames_needed
 from espnet_dynres.frame_rate_context import SPEECH_FRAMES_KEY, planned_frames
-
-# Order of the per-batch counts in the tensor that is all-reduced over data-parallel ranks.
-_COUNT_NAMES = ("batch_tokens", "att_targets", "ctc_tokens", "ctc_infeasible", "empty_transcripts", "batch_size")
 
 
 class TokenNormalizedASRModel(ESPnetASRModel):
     """``ESPnetASRModel`` whose loss is a mean per target token, not per utterance.
 
     **Definition.**  For a batch of ``B`` utterances with ``U_b`` target tokens
-    each (``text_lengths``, without ``<sos>``/``<eos>``), encoder output
-    lengths ``T_b`` and ``R_b`` adjacent repeated tokens:
+    each (``text_lengths``, without ``<sos>``/``<eos>``)::
 
-    ========================  =========================================================  ==========================
-    count                     definition                                                 divides
-    ========================  =========================================================  ==========================
-    ``N`` (batch_tokens)      ``Σ_b U_b``                                                (reported only)
-    ``D`` (att_targets)       ``Σ_b (U_b + 1)``: every decoder target incl. ``<eos>``     the attention sum
-    ``C`` (ctc_tokens)        ``Σ_b U_b`` over CTC-feasible utterances, ``T_b ≥ U_b+R_b``  each CTC sum
-    ========================  =========================================================  ==========================
-
-    ::
-
-        S_att     = Σ_b Σ_{i=1..U_b+1} CE_label_smoothed(b, i)     (ESPnet's criterion, lsm_weight)
-        S_ctc     = Σ_{b feasible} CTC_b                           (infeasible: 0 loss, 0 gradient)
-        S_ctc^l   = the same for intermediate CTC layer l          (same T_b, so the same C)
-        loss_att  = S_att / D
-        loss_ctc  = S_ctc / max(C, 1),   loss_interctc = mean_l S_ctc^l / max(C, 1)
+        N         = Σ_b U_b                       (text_lengths.sum(), the batch's target tokens)
+        n         = max(N, 1)
+        S_ctc     = Σ_b CTC_b                     (ESPnet's builtin CTC, zero_infinity)
+        S_ctc^l   = the same for intermediate CTC layer l
+        S_att     = Σ_b Σ_{i=1..U_b+1} CE(b, i)   (ESPnet's label-smoothed criterion, <eos> included)
+        loss_ctc  = S_ctc / n,   loss_interctc = mean_l S_ctc^l / n,   loss_att = S_att / n
         loss      = ctc_weight · [(1 − interctc_weight) · loss_ctc + interctc_weight · loss_interctc]
                     + (1 − ctc_weight) · loss_att
 
-    ``ctc_weight: 0`` is the attention term alone, ``ctc_weight: 1`` the CTC
-    terms alone (no decoder is run).  Each sum is divided by the number of
-    targets it sums over, so both branches are per-token means; the loss is
-    ESPnet's default loss re-divided: ``loss_att = stock_att · B / D`` and
-    ``loss_ctc = stock_ctc · B / C`` (ESPnet divides both by ``B``).
+    ESPnet's default loss is the same combination divided by ``B`` instead
+    of ``n``, so ``loss = stock_loss · B / n`` (every ``loss*`` stat
+    likewise): the CTC/attention balance is ESPnet's, and only the per-batch
+    divisor changes.  One count divides every branch; an earlier version of
+    this class divided the attention sum by ``N + B`` (targets incl.
+    ``<eos>``), which on short utterances (3 digits: ``N + B = 1.33 N``)
+    weakened the attention branch against CTC and slowed the decoder
+    (``docs/training_dynamics.md``).
 
-    **Infeasible CTC.**  An utterance whose encoder output is shorter than
-    ``U_b + R_b`` frames has no CTC alignment; ESPnet's ``zero_infinity``
-    silently makes its loss 0.  Here it is counted (stat ``ctc_infeasible``,
-    warning with its utterance id), its loss and gradient stay 0, and its
-    tokens are left out of ``C`` — so ``loss_ctc`` is the mean over the
-    tokens CTC actually scores, not diluted by dropped ones.  Its attention
-    targets still count in ``D``.  Empty transcripts (``U_b = 0``) add 0 to
-    ``N`` and ``C``, 1 (``<eos>``) to ``D``; they are counted
-    (``empty_transcripts``) and warned about.  ``D ≥ B ≥ 1``, and ``C`` is
-    clamped at 1, so a batch with zero tokens or only infeasible utterances
-    gives a finite loss.
+    **Global normalization.**  ``forward`` returns ``n`` as the batch weight.
+    ESPnet's trainer under DDP (and ``ngpu > 1``) computes
+    ``Σ_r loss_r · n_r / Σ_r n_r`` (times the world size that DDP's gradient
+    averaging divides out), i.e. exactly ``Σ S / Σ n`` over all ranks: the
+    global per-token mean, with no extra communication.  ``n`` differs from
+    ``N`` only for a batch without any token (only empty transcripts), whose
+    ``<eos>`` targets are then divided by 1.  Gradient accumulation
+    (``accum_grad: k``) is ESPnet's: the update is the mean of the k
+    micro-batches' per-token gradients, equal to one k-times-larger batch
+    only when the micro-batches have equal ``N`` (``docs/loss_normalization.md``).
 
-    **Global normalization.**  ``forward`` returns ``D`` as the batch weight.
-    ESPnet's trainer under DDP computes ``Σ_r loss_r · D_r / Σ_r D_r``, times
-    the world size that DDP's gradient averaging divides out; for
-    ``loss_att`` that is exactly ``Σ S_att / Σ D`` over all ranks.  The CTC
-    terms have their own count ``C``: in a training step with
-    ``torch.distributed`` initialised (world size > 1) and
-    ``sync_token_counts: true``, the counts are all-reduced (one tensor of 6
-    numbers) and each rank returns ``S_ctc_r · D_all / (C_all · D_r)``, so the
-    trainer's weighted mean is exactly ``Σ S_ctc / Σ C``.  Validation and
-    ``torch.no_grad`` calls never communicate; their CTC terms use local
-    counts.  Gradient accumulation (``accum_grad: k``) is ESPnet's: the
-    update is the mean of the k micro-batches' per-token gradients, equal to
-    one k-times-larger batch only when the micro-batches have equal counts
-    (``docs/loss_normalization.md``).
+    **Nothing silently dropped.**  An utterance whose encoder output is shorter
+    than its CTC targets need (tokens + adjacent repeats) has no CTC alignment;
+    ESPnet's ``zero_infinity`` makes its CTC loss 0.  It is counted (stat
+    ``ctc_infeasible``) and warned about with its utterance id; its tokens stay
+    in ``N`` (its attention targets are trained).  Empty transcripts are
+    counted (``empty_transcripts``) and warned about; only ``<eos>`` is trained.
 
-    **Stats** (besides ESPnet's ``loss``, ``loss_ctc``, ``loss_att``, ...):
-    ``loss_per_token`` (= ``loss``, named for dashboards), the counts
-    ``batch_tokens``, ``att_targets``, ``ctc_tokens``, ``ctc_infeasible``,
-    ``empty_transcripts`` (global totals in a synchronised step, else this
-    process's), and ``frame_rate_fallback`` with the dynres frontend.  The
-    trainer adds ``grad_norm`` (before clipping) per step.
+    **Optimisation.**  The per-token loss's gradient norm is about ``B / N``
+    times ESPnet's (here ~1 instead of 5–100): with ESPnet's usual
+    ``grad_clip: 5`` clipping stops after the first few dozen steps, while
+    Adam's second moment (``beta2 = 0.999``) still holds the huge gradients
+    of the first steps, so the effective learning rate falls several-fold.
+    ``espnet_dynres.registration`` therefore checks ``grad_clip`` against this
+    model (:func:`espnet_dynres.input_checks.check_token_normalized_grad_clip`).
 
-    Args:
-        sync_token_counts: all-reduce the counts in DDP training steps (see
-            above); every other argument is ``ESPnetASRModel``'s.
+    **Stats** (besides ESPnet's): ``batch_tokens`` (``N``), ``batch_size`` (``B``), ``ctc_infeasible``,
+    ``empty_transcripts``, and ``frame_rate_fallback`` with the dynres frontend.
+    The trainer adds ``grad_norm`` (before clipping) and ``clip`` per step.
 
     Raises:
         ValueError: ``length_normalized_loss=True`` (this model replaces it), a
@@ -96,7 +77,7 @@ class TokenNormalizedASRModel(ESPnetASRModel):
     """
 
     @typechecked
-    def __init__(self, *args, sync_token_counts: bool = True, **kwargs):
+    def __init__(self, *args, **kwargs):
         if kwargs.get("length_normalized_loss", False):
             raise ValueError(
                 "model: token_normalized already divides every loss by the batch's token count; "
@@ -122,16 +103,9 @@ class TokenNormalizedASRModel(ESPnetASRModel):
                     "model: token_normalized needs ctc_conf ctc_type: builtin, reduce: true, zero_infinity: true "
                     f"(got ctc_type={self.ctc.ctc_type!r}, reduce={self.ctc.reduce}, zero_infinity={zero_infinity})"
                 )
-        self.sync_token_counts = sync_token_counts
-        self._counts: Optional[Dict[str, torch.Tensor]] = None  # set only inside forward
-        self._ctc_counted = False
+        # Per-forward bookkeeping for the ctc_infeasible stat and its warning (set in forward only).
+        self._ctc_infeasible: Optional[int] = None
         self._utt_ids: Optional[List[str]] = None
-
-    # ------------------------------------------------------------------ counts
-    @staticmethod
-    def token_count(text_lengths: torch.Tensor) -> torch.Tensor:
-        """``N = text_lengths.sum()`` as float32 ``()``; ``text_lengths (B,)`` int64 tokens."""
-        return text_lengths.sum().to(torch.float32)
 
     @staticmethod
     def ctc_feasible(encoder_out_lens: torch.Tensor, ys_pad: torch.Tensor, ys_pad_lens: torch.Tensor) -> torch.Tensor:
@@ -146,98 +120,23 @@ class TokenNormalizedASRModel(ESPnetASRModel):
         repeats = ((ys_pad[:, 1:] == ys_pad[:, :-1]) & mask[:, 1:]).sum(dim=1)  # (B,)
         return encoder_out_lens >= ys_pad_lens + repeats
 
-    @classmethod
-    def ctc_infeasible_count(
-        cls, encoder_out_lens: torch.Tensor, ys_pad: torch.Tensor, ys_pad_lens: torch.Tensor
-    ) -> int:
-        """Utterances whose encoder output is shorter than ``U + R`` (see :meth:`ctc_feasible`)."""
-        return int((~cls.ctc_feasible(encoder_out_lens, ys_pad, ys_pad_lens)).sum())
-
-    def _synchronised(self) -> bool:
-        return (
-            self.sync_token_counts
-            and self.training
-            and torch.is_grad_enabled()
-            and torch.distributed.is_available()
-            and torch.distributed.is_initialized()
-            and torch.distributed.get_world_size() > 1
-        )
-
-    def _start_counts(self, text_lengths: torch.Tensor) -> None:
-        lengths = text_lengths.detach().to(device="cpu", dtype=torch.float64)  # counts live on the CPU
-        self._counts = {
-            "batch_tokens": lengths.sum(),
-            "att_targets": (lengths + 1).sum(),
-            "ctc_tokens": lengths.sum(),  # until the encoder lengths are known
-            "ctc_infeasible": lengths.new_zeros(()),
-            "empty_transcripts": (lengths == 0).sum().to(torch.float64),
-            "batch_size": lengths.new_tensor(float(lengths.numel())),
-        }
-        self._local = dict(self._counts)
-        self._synced = False
-
-    def _sync_counts(self) -> None:
-        """All-reduce the counts once per step (DDP training only); afterwards they are global."""
-        if self._synced:
-            return
-        self._synced = True
-        if not self._synchronised():
-            return
-        packed = torch.stack([self._counts[k] for k in _COUNT_NAMES])
-        device = next(self.parameters()).device
-        packed = packed.to(device)
-        torch.distributed.all_reduce(packed, op=torch.distributed.ReduceOp.SUM)
-        self._counts = {k: packed[i].cpu() for i, k in enumerate(_COUNT_NAMES)}
-
-    def _warn_dropped(self, what: str, flags: torch.Tensor) -> None:
+    def _warn(self, what: str, flags: torch.Tensor) -> None:
         count = int(flags.sum())
         if count == 0:
             return
         ids = self._utt_ids
         names = [ids[i] for i in flags.nonzero().flatten().tolist()] if ids is not None else []
         shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
-        suffix = f": {shown}" if shown else ""
-        logging.warning(f"token_normalized: {count} utterance(s) of this batch {what}{suffix}")
+        logging.warning(f"token_normalized: {count} utterance(s) of this batch {what}{': ' + shown if shown else ''}")
 
-    # ------------------------------------------------------------------ losses
     def _calc_ctc_loss(self, encoder_out, encoder_out_lens, ys_pad, ys_pad_lens):
-        # Stock (builtin, reduce, zero_infinity): Σ_b CTC_b / B with infeasible CTC_b = 0.
-        outside_forward = self._counts is None  # called directly: this call's own, local counts
-        if outside_forward:
-            self._start_counts(ys_pad_lens)
-            self._synced = True  # never communicate outside forward
-        if outside_forward or not self._ctc_counted:
-            self._ctc_counted = True
+        # Counted once per forward (the final CTC layer and intermediate layers share T_b and targets).
+        if self._ctc_infeasible is None:
             feasible = self.ctc_feasible(encoder_out_lens, ys_pad, ys_pad_lens)
-            lengths = ys_pad_lens.detach().to(torch.float64)
-            self._counts["ctc_tokens"] = (lengths * feasible.to(torch.float64)).sum().cpu()
-            self._counts["ctc_infeasible"] = (~feasible).sum().to(torch.float64).cpu()
-            self._local = dict(self._counts)
-            self._warn_dropped("have fewer encoder frames than their CTC targets need (tokens + repeats); "
-                               "their CTC loss is 0 and their tokens leave the CTC count", ~feasible)
-            self._sync_counts()
-        loss_ctc, cer_ctc = super()._calc_ctc_loss(encoder_out, encoder_out_lens, ys_pad, ys_pad_lens)
-        ctc_sum = loss_ctc * encoder_out.size(0)
-        # Σ_r S_ctc_r · D_all / (C_all · D_r) = global per-token CTC under the trainer's D-weighted mean.
-        d_ratio = (self._counts["att_targets"] / self._local["att_targets"]).item()
-        loss_ctc = ctc_sum * d_ratio / max(self._counts["ctc_tokens"].item(), 1.0)
-        if outside_forward:
-            self._counts = None
-        return loss_ctc, cer_ctc
-
-    def _calc_att_loss(self, encoder_out, encoder_out_lens, ys_pad, ys_pad_lens):
-        # Stock (normalize_length=False): Σ_{b,i} CE / B  ->  Σ_{b,i} CE / D.
-        # D = Σ_b (U_b + 1), taken before ESPnet's in-place ys_pad_lens += 1 (lang_token_id);
-        # outside forward (a direct call) from this call's ys_pad_lens.
-        if self._counts is not None:
-            att_targets = self._local["att_targets"].item()
-        else:
-            att_targets = float((ys_pad_lens + 1).sum())
-        loss_att, acc_att, cer_att, wer_att = super()._calc_att_loss(
-            encoder_out, encoder_out_lens, ys_pad, ys_pad_lens
-        )
-        loss_att = loss_att * encoder_out.size(0) / att_targets
-        return loss_att, acc_att, cer_att, wer_att
+            self._ctc_infeasible = int((~feasible).sum())
+            self._warn("have fewer encoder frames than their CTC targets need (tokens + repeats); "
+                       "their CTC loss is 0", ~feasible)
+        return super()._calc_ctc_loss(encoder_out, encoder_out_lens, ys_pad, ys_pad_lens)
 
     def forward(
         self,
@@ -260,31 +159,41 @@ class TokenNormalizedASRModel(ESPnetASRModel):
 
         Returns:
             ``(loss, stats, weight)``: loss ``(1,)`` per-token mean (ESPnet gathers
-            1-dim); stats as listed in the class docstring; weight ``(1,)``
-            float32, ``D`` = decoder targets incl. ``<eos>`` of this process's batch.
+            1-dim); every ``loss*`` stat per token; weight ``(1,)`` float32 ``n``.
         """
+        assert speech.dim() == 2 and text.dim() == 2 and speech.size(0) == text.size(0) == text_lengths.size(0), (
+            f"speech (B, T_samples), text (B, L) and text_lengths (B,) expected, got speech {tuple(speech.shape)}, "
+            f"text {tuple(text.shape)}, text_lengths {tuple(text_lengths.shape)}"
+        )
         utt_id = kwargs.pop("utt_id", None)
         self._utt_ids = list(utt_id) if utt_id is not None else None
-        self._start_counts(text_lengths)
-        self._ctc_counted = False
-        self._warn_dropped("have an empty transcript (only <eos> is trained)", text_lengths == 0)
+        self._ctc_infeasible = None
+        batch_size = text_lengths.size(0)
+        tokens = int(text_lengths.sum())
+        n = float(max(tokens, 1))
+        self._warn("have an empty transcript (only <eos> is trained)", text_lengths == 0)
         # The dynres sampler's plan (B,) int64 frames per utterance, for the dynres frontend.
         speech_frames = kwargs.pop(SPEECH_FRAMES_KEY, None)
         try:
             with planned_frames(speech_frames):
                 loss, stats, _ = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
-            self._sync_counts()  # no-op if the CTC branch already did it
+            # ESPnet divides every branch sum by B; per token: × B / n.
+            scale = batch_size / n
+            loss = loss * scale
+            for key, value in stats.items():
+                if key.startswith("loss") and value is not None:
+                    stats[key] = value * scale
             device = loss.device
-            stats["loss_per_token"] = loss.detach().reshape(1)
-            for name in _COUNT_NAMES[:-1]:
-                if name.startswith("ctc") and self.ctc_weight == 0.0:
-                    continue
-                stats[name] = self._counts[name].to(device=device, dtype=torch.float32).reshape(1)
+            counts = {"batch_tokens": tokens, "batch_size": batch_size, "empty_transcripts": int((text_lengths == 0).sum())}
+            if self._ctc_infeasible is not None:
+                counts["ctc_infeasible"] = self._ctc_infeasible
+            for name, value in counts.items():
+                stats[name] = torch.tensor([float(value)], device=device)
             if getattr(self.frontend, "last_batch_fallback", None) is not None:
                 stats["frame_rate_fallback"] = torch.tensor([float(self.frontend.last_batch_fallback)], device=device)
-            weight = self._local["att_targets"].to(device=device, dtype=torch.float32).reshape(1)
+            weight = torch.tensor([n], dtype=torch.float32, device=device)
         finally:
-            self._counts = None
+            self._ctc_infeasible = None
             self._utt_ids = None
         return loss, stats, weight
 

@@ -6,7 +6,10 @@ Each rank runs ESPnet 202511's exact training-step arithmetic
 ``loss *= world_size``, then DDP averages the gradients over ranks.  The batch
 is split as ESPnet splits it (``batch[rank::world_size]``), with one
 CTC-infeasible utterance and one empty transcript on different ranks so that
-the ranks' CTC and attention counts differ.
+the ranks' token counts differ.  The model's weight ``n`` (the batch's target
+tokens) makes the trainer's weighted mean the global per-token mean with no
+extra communication; the same run with ESPnet's weight (the batch size) does
+not, which shows the test can fail.
 """
 
 from __future__ import annotations
@@ -68,10 +71,12 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE)
     batch = shard(global_batch(), rank, WORLD_SIZE)
-    for sync in (True, False):
-        model = build_tiny_model(**deterministic_model_overrides(**MODEL_CONF, sync_token_counts=sync)).train()
+    for tokens_weight in (True, False):
+        model = build_tiny_model(**deterministic_model_overrides(**MODEL_CONF)).train()
         ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
         loss, stats, weight = ddp(**{k: v.clone() for k, v in batch.items()})
+        if not tokens_weight:  # ESPnet's own weight: the utterances of this rank's batch
+            weight = torch.tensor([float(batch["speech"].size(0))])
         # espnet2/train/trainer.py, train_one_epoch, distributed branch (accum_grad = 1):
         loss = (loss * weight.type(loss.dtype)).sum()
         stats = {k: v for k, v in stats.items() if v is not None}
@@ -82,7 +87,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         if rank == 0:
             torch.save(
                 dict(grads=flat_grads(model), stats={k: float(v) for k, v in stats.items()}),
-                os.path.join(out_dir, f"rank0_sync{int(sync)}.pt"),
+                os.path.join(out_dir, f"rank0_tokens{int(tokens_weight)}.pt"),
             )
     dist.destroy_process_group()
 
@@ -91,7 +96,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
 def ddp_results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ddp")
     mp.spawn(_worker, args=(str(tmp / "init"), str(tmp)), nprocs=WORLD_SIZE, join=True)
-    return {sync: torch.load(tmp / f"rank0_sync{int(sync)}.pt") for sync in (True, False)}
+    return {w: torch.load(tmp / f"rank0_tokens{int(w)}.pt") for w in (True, False)}
 
 
 @pytest.fixture(scope="module")
@@ -113,14 +118,14 @@ def test_two_rank_gradients_equal_whole_batch_gradients(ddp_results, single_proc
     error = relative_error(ddp["grads"], single_process["grads"])
     print(f"2-rank vs 1-process gradient relative error: {error:.2e}")  # shown with pytest -s
     assert error <= 1e-5
-    # The reported (D-weighted, all-ranks) stats are the whole batch's.
-    for key in ("loss", "loss_ctc", "loss_att", "batch_tokens", "att_targets", "ctc_tokens", "ctc_infeasible"):
+    # The reported (token-weighted, all-ranks) loss stats are the whole batch's.
+    for key in ("loss", "loss_ctc", "loss_att"):
         assert ddp["stats"][key] == pytest.approx(single_process["stats"][key], rel=1e-5), key
 
 
-def test_without_count_sync_ctc_is_weighted_per_rank(ddp_results, single_process):
-    # The ranks' CTC counts differ (an infeasible utterance on rank 0 only), so the
-    # trainer's D-weighting alone does not give the global CTC per-token mean.
+def test_batch_size_weight_is_not_the_global_per_token_mean(ddp_results, single_process):
+    # The ranks' token counts differ, so weighting the ranks' per-token means by their
+    # batch sizes (ESPnet's weight) does not give the global per-token mean.
     error = relative_error(ddp_results[False]["grads"], single_process["grads"])
-    print(f"without sync_token_counts: gradient relative error {error:.2e}")
+    print(f"with the batch size as weight: gradient relative error {error:.2e}")
     assert error > 1e-3

@@ -2,7 +2,7 @@
 
 References are built from ESPnet's own default model (``model: espnet``) with the same weights:
 its CTC and attention losses are per-utterance means (``Σ / B``), so the documented loss is
-``stock_ctc · B / C`` and ``stock_att · B / D`` (see the class docstring).
+ESPnet's loss re-divided by the batch's target tokens: ``stock · B / N`` (see the class docstring).
 """
 
 import logging
@@ -77,27 +77,24 @@ def test_loss_is_stock_loss_redivided_by_documented_counts(batch, model_conf):
     tn, stock = pair(encoder_conf, **model_conf)
     loss, stats, weight = tn(**fresh(batch))
     b = batch["speech"].size(0)
-    lengths = batch["text_lengths"]
-    n, d = float(lengths.sum()), float((lengths + 1).sum())
-    c = n  # every utterance here is CTC-feasible (checked below)
+    n = float(batch["text_lengths"].sum())
     lam, ic = model_conf["ctc_weight"], model_conf.get("interctc_weight", 0.0)
 
     ctc, inter, att = stock_branch_losses(stock, fresh(batch))
     expected = 0.0
     if lam > 0:
-        assert stats["ctc_infeasible"].item() == 0 and stats["ctc_tokens"].item() == c
-        ctc_term = ctc * b / c
+        assert stats["ctc_infeasible"].item() == 0
+        ctc_term = ctc * b / n
         if inter:
-            ctc_term = (1 - ic) * ctc_term + ic * (sum(inter) / len(inter)) * b / c
+            ctc_term = (1 - ic) * ctc_term + ic * (sum(inter) / len(inter)) * b / n
         expected = expected + lam * ctc_term
-        torch.testing.assert_close(stats["loss_ctc"], (ctc * b / c).detach().reshape(1), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(stats["loss_ctc"], (ctc * b / n).detach().reshape(1), rtol=1e-5, atol=1e-6)
     if lam < 1:
-        expected = expected + (1 - lam) * att * b / d
-        torch.testing.assert_close(stats["loss_att"], (att * b / d).detach().reshape(1), rtol=1e-5, atol=1e-6)
-    assert weight.item() == d
-    assert stats["batch_tokens"].item() == n and stats["att_targets"].item() == d
+        expected = expected + (1 - lam) * att * b / n
+        torch.testing.assert_close(stats["loss_att"], (att * b / n).detach().reshape(1), rtol=1e-5, atol=1e-6)
+    assert weight.item() == n and stats["batch_tokens"].item() == n
     torch.testing.assert_close(loss.reshape(()), expected.reshape(()), rtol=1e-5, atol=1e-6)
-    assert stats["loss_per_token"].item() == pytest.approx(loss.item())
+    assert stats["loss"].item() == pytest.approx(loss.item())
 
     # Gradients: those of the same combination of ESPnet's own branch losses.
     loss.backward()
@@ -105,6 +102,15 @@ def test_loss_is_stock_loss_redivided_by_documented_counts(batch, model_conf):
     for (name, p), (_, q) in zip(tn.named_parameters(), stock.named_parameters()):
         if q.grad is not None:
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_ctc_and_attention_keep_espnets_balance(batch):
+    """One divisor for both branches: the loss is exactly ESPnet's loss times B / N."""
+    tn, stock = pair(ctc_weight=0.3, lsm_weight=0.1)
+    loss, _, _ = tn(**fresh(batch))
+    stock_loss, _, stock_weight = stock(**fresh(batch))
+    ratio = float(stock_weight) / float(batch["text_lengths"].sum())
+    torch.testing.assert_close(loss, stock_loss * ratio, rtol=1e-5, atol=1e-6)
 
 
 def test_ctc_only_loss_is_summed_ctc_over_tokens(batch):
@@ -126,7 +132,7 @@ def short_long_batch(token_rows):
     return make_batch(wavs, token_rows)
 
 
-def test_infeasible_utterances_are_counted_and_left_out_of_the_ctc_count(caplog):
+def test_infeasible_utterances_are_counted_and_warned_about(caplog):
     rows = [[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 2, 3], [2, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 2, 3, 4, 5], [6],
             [5, 5, 5, 5, 5], [7, 8, 9]]
     batch = short_long_batch(rows)
@@ -137,33 +143,31 @@ def test_infeasible_utterances_are_counted_and_left_out_of_the_ctc_count(caplog)
     ids = [f"utt{i}" for i in range(len(rows))]
     with caplog.at_level(logging.WARNING):
         loss, stats, weight = tn(**fresh(batch), utt_id=ids)
-    c = sum(len(r) for r, ok in zip(rows, feasible) if ok)
+    n = sum(len(r) for r in rows)
     assert stats["ctc_infeasible"].item() == feasible.count(False)
-    assert stats["ctc_tokens"].item() == c
-    assert stats["batch_tokens"].item() == sum(len(r) for r in rows)
-    assert weight.item() == sum(len(r) + 1 for r in rows)
-    # loss = Σ over feasible utterances of their CTC / C, computed here with torch's CTC directly.
+    assert stats["batch_tokens"].item() == n and weight.item() == n
+    # loss = Σ over feasible utterances of their CTC / N (infeasible ones add 0), with torch's CTC directly.
     log_probs = tn.ctc.log_softmax(enc).transpose(0, 1)
     per_utt = torch.nn.functional.ctc_loss(log_probs, batch["text"].clamp(min=0), enc_lens, batch["text_lengths"],
                                            reduction="none", zero_infinity=False)
     mask = torch.tensor(feasible)
     assert torch.isinf(per_utt[~mask]).all()  # ESPnet's zero_infinity would silently make these 0
-    torch.testing.assert_close(loss.reshape(()), per_utt[mask].sum() / c, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(loss.reshape(()), per_utt[mask].sum() / n, rtol=1e-5, atol=1e-6)
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert f"{feasible.count(False)} utterance(s)" in warned
     assert all(ids[i] in warned for i, ok in enumerate(feasible) if not ok)
 
 
 @pytest.mark.parametrize("ctc_weight", [0.3, 1.0])
-def test_all_infeasible_batch_gives_finite_loss_and_zero_ctc_count(ctc_weight):
+def test_all_infeasible_batch_gives_finite_loss(ctc_weight):
     rows = [[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 2, 3]] * 2
     batch = make_batch([w[:6400] for w in real_utterances(2, start=300)], rows)
     tn = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=ctc_weight)).train()
     loss, stats, weight = tn(**fresh(batch))
     assert torch.isfinite(loss).all()
-    assert stats["ctc_infeasible"].item() == 2 and stats["ctc_tokens"].item() == 0
+    assert stats["ctc_infeasible"].item() == 2
     assert stats["loss_ctc"].item() == 0.0
-    assert weight.item() == 2 * 13
+    assert weight.item() == 2 * 12
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in tn.parameters() if p.grad is not None)
 
@@ -176,9 +180,9 @@ def test_zero_token_batch_is_finite_and_reported(ctc_weight, caplog):
         loss, stats, weight = tn(**fresh(batch))
     assert torch.isfinite(loss).all()
     assert stats["batch_tokens"].item() == 0 and stats["empty_transcripts"].item() == 3
-    assert stats["att_targets"].item() == 3 and weight.item() == 3  # one <eos> per utterance
+    assert weight.item() == 1  # n = max(N, 1): the <eos> targets divided by 1
     if ctc_weight > 0:
-        assert stats["ctc_tokens"].item() == 0 and stats["ctc_infeasible"].item() == 0
+        assert stats["ctc_infeasible"].item() == 0
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in tn.parameters() if p.grad is not None)
     assert any("3 utterance(s)" in r.getMessage() and "empty transcript" in r.getMessage() for r in caplog.records)
@@ -204,9 +208,9 @@ def cat_batches(a, b):
 
 @pytest.mark.parametrize("equal_counts", [True, False])
 def test_accum_grad_is_the_mean_of_micro_batch_per_token_gradients(equal_counts):
-    """``accum_grad: k`` = (1/k) Σ_j ∇(S_j / D_j); one k-times-larger batch = ∇(Σ_j S_j / Σ_j D_j).
+    """``accum_grad: k`` = (1/k) Σ_j ∇(S_j / N_j); one k-times-larger batch = ∇(Σ_j S_j / Σ_j N_j).
 
-    They agree when every micro-batch has the same count D_j, and differ otherwise.
+    They agree when every micro-batch has the same count N_j, and differ otherwise.
     """
     wavs = real_utterances(4, concat=2, start=400)
     # Equal lengths: DefaultFrontend's STFT reflects at the end of the padded tensor, so batch
@@ -218,7 +222,7 @@ def test_accum_grad_is_the_mean_of_micro_batch_per_token_gradients(equal_counts)
     accumulated = grads_of(model, mb, scale=1 / 2)
     whole = grads_of(model, [cat_batches(*mb)], scale=1.0)
     per_mb = [grads_of(model, [m], scale=1.0) for m in mb]
-    d = [float((m["text_lengths"] + 1).sum()) for m in mb]
+    d = [float(m["text_lengths"].sum()) for m in mb]
     torch.testing.assert_close(accumulated, (per_mb[0] + per_mb[1]) / 2, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(whole, (d[0] * per_mb[0] + d[1] * per_mb[1]) / sum(d), rtol=1e-4, atol=1e-6)
     gap = float((accumulated - whole).norm() / whole.norm())

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Does the Conformer's BatchNorm carry a train/eval mismatch? Valid figures before and after
+re-estimating its running statistics at the standard frame rate.
+
+The Conformer's convolution module normalises with ``BatchNorm1d`` over (batch, time).
+Under ``batch_type: dynres`` the training batches are unpadded, at 70–130 Hz, and can be
+1–3 long utterances; validation and decoding run padded at the standard 100 Hz with the
+running statistics.  This script loads a trained model, computes validation loss, CTC CER
+and attention accuracy with the running statistics, re-estimates them (cumulative average,
+``momentum=None``) over training utterances in padded standard-rate batches with every
+other module in eval mode and no gradients, and computes the validation figures again.
+If the two agree, the training statistics already match what evaluation sees.
+
+Usage::
+
+    python benchmarks/batchnorm_restat.py --exp exp/asr_train_asr_conformer_dynres_cpu \\
+        --model_file valid.acc.ave.pth --train_dir dump/raw/train --valid_dir dump/raw/dev \\
+        [--num_train 600 --batch_size 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict
+
+import torch
+
+import espnet_dynres  # noqa: F401  (registers the plugin's names)
+from espnet2.tasks.asr import ASRTask
+
+
+def _iterator(train_args, data_dir: Path, batch_size: int, key_file: Path = None):
+    return ASRTask.build_streaming_iterator(
+        data_path_and_name_and_type=[(str(data_dir / "wav.scp"), "speech", "sound"),
+                                     (str(data_dir / "text"), "text", "text")],
+        dtype="float32",
+        batch_size=batch_size,
+        key_file=str(key_file) if key_file else None,
+        num_workers=0,
+        preprocess_fn=ASRTask.build_preprocess_fn(train_args, False),
+        collate_fn=ASRTask.build_collate_fn(train_args, False),
+        inference=False,
+    )
+
+
+@torch.no_grad()
+def evaluate(model, train_args, valid_dir: Path, batch_size: int) -> Dict[str, float]:
+    """Token-weighted valid ``loss``, ``loss_ctc``, ``cer_ctc`` and ``acc`` in eval mode."""
+    model.eval()
+    totals: Dict[str, float] = {}
+    weight_sum = 0.0
+    for _keys, batch in _iterator(train_args, valid_dir, batch_size):
+        batch = {k: v for k, v in batch.items() if not k.endswith("utt_id")}
+        _, stats, weight = model(**batch)
+        w = float(weight)
+        weight_sum += w
+        for k in ("loss", "loss_ctc", "cer_ctc", "acc"):
+            if stats.get(k) is not None:
+                totals[k] = totals.get(k, 0.0) + float(stats[k]) * w
+    return {k: v / weight_sum for k, v in totals.items()}
+
+
+@torch.no_grad()
+def restat(model, train_args, train_dir: Path, num_train: int, batch_size: int, key_file: Path) -> int:
+    """Re-estimate every BatchNorm's running statistics; returns the number of BatchNorm layers."""
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    model.eval()
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over all batches
+        m.train()
+    lines = (train_dir / "wav.scp").read_text(encoding="utf-8").splitlines()[:num_train]
+    key_file.write_text("".join(line.split(maxsplit=1)[0] + "\n" for line in lines), encoding="utf-8")
+    for _keys, batch in _iterator(train_args, train_dir, batch_size, key_file):
+        model.encode(batch["speech"], batch["speech_lengths"])
+    model.eval()
+    return len(bns)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--exp", type=Path, required=True, help="experiment dir with config.yaml")
+    parser.add_argument("--model_file", default="valid.acc.ave.pth")
+    parser.add_argument("--train_dir", type=Path, required=True)
+    parser.add_argument("--valid_dir", type=Path, required=True)
+    parser.add_argument("--num_train", type=int, default=600, help="training utterances for the re-estimate")
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    model, train_args = ASRTask.build_model_from_file(args.exp / "config.yaml", args.exp / args.model_file, "cpu")
+    before = evaluate(model, train_args, args.valid_dir, args.batch_size)
+    count = restat(model, train_args, args.train_dir, args.num_train, args.batch_size,
+                   args.exp / "batchnorm_restat_keys.txt")
+    after = evaluate(model, train_args, args.valid_dir, args.batch_size)
+    result = {"exp": str(args.exp), "model_file": args.model_file, "batchnorm_layers": count,
+              "running_stats": before, "restat_100hz": after}
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

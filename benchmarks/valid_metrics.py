@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Validation accuracy and CTC CER of trained checkpoints, weighted the same way for every model.
+
+ESPnet's epoch summaries weight each validation batch by the model's batch weight: the
+number of utterances ``B`` for ``model: espnet``, the number of target tokens ``N`` for
+``model: token_normalized``.  Validation batches differ in length (short utterances come
+many to a batch), and attention accuracy differs strongly by length, so ``valid acc`` and
+``valid cer_ctc`` from the two models' logs are different averages and must not be
+compared.  This script decodes nothing; it runs each checkpoint in eval mode on the
+validation utterances one at a time and reports, for every model alike:
+
+* ``acc_token``: attention accuracy over all decoder targets (``<eos>`` included), i.e.
+  correct targets / targets (token-weighted);
+* ``acc_utt``: the mean of the utterances' attention accuracies (utterance-weighted);
+* ``ter_ctc_token``: CTC greedy-search token error rate (edit distance over reference
+  tokens; with ``token_type: word`` this is the CTC WER), over all reference tokens;
+* ``ter_ctc_utt``: the mean of the utterances' CTC token error rates.
+
+Usage::
+
+    python benchmarks/valid_metrics.py --valid_dir dump/raw/dev \\
+        --model stock=exp/asr_a/2epoch.pth --model tok=exp/asr_b/2epoch.pth [--json out.json]
+    python benchmarks/valid_metrics.py --valid_dir dump/raw/dev \\
+        --epochs dynres=exp/asr_a/epochs --epochs numel=exp/asr_b/epochs --json curves.json
+
+(``config.yaml`` is taken from the checkpoint's directory, or its parent for ``--epochs``,
+which evaluates every ``<N>epoch.pth`` in the directory; ESPnet prunes those that are
+not among the best, so copy them aside while training runs.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict
+
+import jiwer
+import torch
+
+import espnet_dynres  # noqa: F401  (registers the plugin's names)
+from espnet2.tasks.asr import ASRTask
+
+
+@torch.no_grad()
+def evaluate(model_file: Path, valid_dir: Path, config: Path = None) -> Dict[str, float]:
+    """Token- and utterance-weighted valid figures of one checkpoint (eval mode, batch size 1)."""
+    config = config or model_file.parent / "config.yaml"
+    model, train_args = ASRTask.build_model_from_file(config, model_file, "cpu")
+    model.eval()
+    iterator = ASRTask.build_streaming_iterator(
+        data_path_and_name_and_type=[(str(valid_dir / "wav.scp"), "speech", "sound"),
+                                     (str(valid_dir / "text"), "text", "text")],
+        dtype="float32", batch_size=1, key_file=None, num_workers=0,
+        preprocess_fn=ASRTask.build_preprocess_fn(train_args, False),
+        collate_fn=ASRTask.build_collate_fn(train_args, False), inference=False,
+    )
+    correct = targets = 0.0
+    errors = ref_tokens = 0.0
+    acc_utts, ter_utts = [], []
+    for _keys, batch in iterator:
+        batch = {k: v for k, v in batch.items() if not k.endswith("utt_id")}
+        _, stats, _ = model(**batch)
+        d = float(batch["text_lengths"].sum()) + 1.0  # decoder targets incl. <eos>
+        acc = float(stats["acc"])
+        correct += acc * d
+        targets += d
+        acc_utts.append(acc)
+        if model.ctc is not None and model.ctc_weight > 0:
+            enc, enc_lens = model.encode(batch["speech"], batch["speech_lengths"])
+            if isinstance(enc, tuple):
+                enc = enc[0]
+            best = model.ctc.argmax(enc)[0, : int(enc_lens[0])]  # (T_enc,) greedy path
+            hyp = [int(t) for t in torch.unique_consecutive(best) if int(t) != model.blank_id]
+            ref = [int(t) for t in batch["text"][0, : int(batch["text_lengths"][0])]]
+            words = lambda ids: " ".join(f"t{i}" for i in ids) or "<empty>"
+            out = jiwer.process_words(words(ref), words(hyp))
+            n_err = out.substitutions + out.deletions + out.insertions
+            errors += n_err
+            ref_tokens += len(ref)
+            ter_utts.append(n_err / max(len(ref), 1))
+    out = {"utterances": len(acc_utts), "acc_token": correct / targets, "acc_utt": sum(acc_utts) / len(acc_utts)}
+    if ter_utts:
+        out |= {"ter_ctc_token": errors / ref_tokens, "ter_ctc_utt": sum(ter_utts) / len(ter_utts)}
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--valid_dir", type=Path, required=True)
+    parser.add_argument("--model", action="append", default=[], help="name=path/to/checkpoint.pth (repeatable)")
+    parser.add_argument("--epochs", action="append", default=[],
+                        help="name=dir holding <N>epoch.pth files, config.yaml in dir or its parent (repeatable)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if not args.model and not args.epochs:
+        parser.error("give --model or --epochs")
+    jobs = []
+    for spec in args.model:
+        name, path = spec.split("=", 1)
+        jobs.append((name, Path(path), None))
+    for spec in args.epochs:
+        name, d = spec.split("=", 1)
+        d = Path(d)
+        config = d / "config.yaml" if (d / "config.yaml").exists() else d.parent / "config.yaml"
+        files = sorted(d.glob("*epoch.pth"), key=lambda p: int(p.name.split("epoch")[0]))
+        if not files:
+            parser.error(f"no <N>epoch.pth in {d}")
+        jobs += [(f"{name}@{p.name.split('epoch')[0]}", p, config) for p in files]
+    results = {}
+    for name, path, config in jobs:
+        results[name] = evaluate(path, args.valid_dir, config)
+        r = results[name]
+        print(f"{name:24s} acc_token={r['acc_token']:.3f} acc_utt={r['acc_utt']:.3f} "
+              f"ter_ctc_token={r.get('ter_ctc_token', float('nan')):.3f} ter_ctc_utt={r.get('ter_ctc_utt', float('nan')):.3f}",
+              flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""benchmarks/valid_metrics.py: the same figures for the same weights, whatever the model's batch weight."""
+
+import importlib.util
+import sys
+
+import pytest
+import torch
+
+from factory import REPO_ROOT, write_data_dir, write_tiny_asr_model
+
+SCRIPT = REPO_ROOT / "benchmarks" / "valid_metrics.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("valid_metrics", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("valid_metrics")
+    data = write_data_dir(tmp / "dev", count=5, start=700, concat=2)
+    models = {}
+    for name in ("token_normalized", "espnet"):
+        config, weights = write_tiny_asr_model(tmp / name, model=name, token_type="word", use_preprocessor=True)
+        models[name] = (config, weights)
+    # Same weights in both: copy token_normalized's state into the espnet checkpoint.
+    torch.save(torch.load(models["token_normalized"][1]), models["espnet"][1])
+    return data, models
+
+
+def test_figures_do_not_depend_on_the_models_batch_weight(setup):
+    vm = load()
+    data, models = setup
+    tn = vm.evaluate(models["token_normalized"][1], data, models["token_normalized"][0])
+    stock = vm.evaluate(models["espnet"][1], data, models["espnet"][0])
+    assert tn["utterances"] == stock["utterances"] == 5
+    for key in ("acc_token", "acc_utt", "ter_ctc_token", "ter_ctc_utt"):
+        assert tn[key] == pytest.approx(stock[key], abs=1e-6), key
+    assert 0.0 <= tn["acc_token"] <= 1.0 and tn["ter_ctc_token"] >= 0.0
+
+
+def test_epochs_mode_evaluates_every_epoch_checkpoint(setup, tmp_path):
+    vm = load()
+    data, models = setup
+    epochs = tmp_path / "epochs"
+    epochs.mkdir()
+    for e in (1, 2, 10):
+        (epochs / f"{e}epoch.pth").write_bytes(models["token_normalized"][1].read_bytes())
+    (epochs / "config.yaml").write_bytes(models["token_normalized"][0].read_bytes())
+    out = tmp_path / "r.json"
+    assert vm.main(["--valid_dir", str(data), "--epochs", f"arm={epochs}", "--json", str(out)]) == 0
+    import json
+
+    result = json.loads(out.read_text())
+    assert list(result) == ["arm@1", "arm@2", "arm@10"]
