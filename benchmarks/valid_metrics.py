@@ -46,7 +46,9 @@ from espnet2.tasks.asr import ASRTask
 @torch.no_grad()
 def evaluate(model_file: Path, valid_dir: Path, config: Path = None) -> Dict[str, float]:
     """Token- and utterance-weighted valid figures of one checkpoint (eval mode, batch size 1)."""
-    config = config or model_file.parent / "config.yaml"
+    if config is None:  # next to the checkpoint, or one level up (a side directory of epoch checkpoints)
+        config = model_file.parent / "config.yaml"
+        config = config if config.exists() else model_file.parent.parent / "config.yaml"
     model, train_args = ASRTask.build_model_from_file(config, model_file, "cpu")
     model.eval()
     iterator = ASRTask.build_streaming_iterator(
