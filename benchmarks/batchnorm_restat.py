@@ -48,14 +48,15 @@ def _iterator(train_args, data_dir: Path, batch_size: int, key_file: Path = None
 
 @torch.no_grad()
 def evaluate(model, train_args, valid_dir: Path, batch_size: int) -> Dict[str, float]:
-    """Token-weighted valid ``loss``, ``loss_ctc``, ``cer_ctc`` and ``acc`` in eval mode."""
+    """Valid ``loss``, ``loss_ctc``, ``cer_ctc`` and ``acc`` in eval mode, each batch weighted by its
+    target tokens whatever the model's own batch weight (so models compare)."""
     model.eval()
     totals: Dict[str, float] = {}
     weight_sum = 0.0
     for _keys, batch in _iterator(train_args, valid_dir, batch_size):
         batch = {k: v for k, v in batch.items() if not k.endswith("utt_id")}
-        _, stats, weight = model(**batch)
-        w = float(weight)
+        _, stats, _ = model(**batch)
+        w = float(batch["text_lengths"].sum())
         weight_sum += w
         for k in ("loss", "loss_ctc", "cer_ctc", "acc"):
             if stats.get(k) is not None:
