@@ -161,8 +161,8 @@ class TokenNormalizedASRModel(ESPnetASRModel):
             ``(loss, stats, weight)``: loss ``(1,)`` per-token mean (ESPnet gathers
             1-dim); every ``loss*`` stat per token; weight ``(1,)`` float32 ``n``.
         """
-        assert speech.dim() == 2 and text.dim() == 2 and speech.size(0) == text.size(0) == text_lengths.size(0), (
-            f"speech (B, T_samples), text (B, L) and text_lengths (B,) expected, got speech {tuple(speech.shape)}, "
+        assert text_lengths.dim() == 1 and speech.size(0) == text.size(0) == text_lengths.size(0), (
+            f"speech (B, T_samples[, C]), text (B, L) and text_lengths (B,) expected, got speech {tuple(speech.shape)}, "
             f"text {tuple(text.shape)}, text_lengths {tuple(text_lengths.shape)}"
         )
         utt_id = kwargs.pop("utt_id", None)
