@@ -30,20 +30,7 @@ import torch
 
 import espnet_dynres  # noqa: F401  (registers the plugin's names)
 from espnet2.tasks.asr import ASRTask
-
-
-def _iterator(train_args, data_dir: Path, batch_size: int, key_file: Path = None):
-    return ASRTask.build_streaming_iterator(
-        data_path_and_name_and_type=[(str(data_dir / "wav.scp"), "speech", "sound"),
-                                     (str(data_dir / "text"), "text", "text")],
-        dtype="float32",
-        batch_size=batch_size,
-        key_file=str(key_file) if key_file else None,
-        num_workers=0,
-        preprocess_fn=ASRTask.build_preprocess_fn(train_args, False),
-        collate_fn=ASRTask.build_collate_fn(train_args, False),
-        inference=False,
-    )
+from valid_metrics import speech_text_iterator  # benchmarks/ is this script's first sys.path entry
 
 
 @torch.no_grad()
@@ -53,7 +40,7 @@ def evaluate(model, train_args, valid_dir: Path, batch_size: int) -> Dict[str, f
     model.eval()
     totals: Dict[str, float] = {}
     weight_sum = 0.0
-    for _keys, batch in _iterator(train_args, valid_dir, batch_size):
+    for _keys, batch in speech_text_iterator(train_args, valid_dir, batch_size):
         batch = {k: v for k, v in batch.items() if not k.endswith("utt_id")}
         _, stats, _ = model(**batch)
         w = float(batch["text_lengths"].sum())
@@ -75,7 +62,7 @@ def restat(model, train_args, train_dir: Path, num_train: int, batch_size: int, 
         m.train()
     lines = (train_dir / "wav.scp").read_text(encoding="utf-8").splitlines()[:num_train]
     key_file.write_text("".join(line.split(maxsplit=1)[0] + "\n" for line in lines), encoding="utf-8")
-    for _keys, batch in _iterator(train_args, train_dir, batch_size, key_file):
+    for _keys, batch in speech_text_iterator(train_args, train_dir, batch_size, key_file):
         model.encode(batch["speech"], batch["speech_lengths"])
     model.eval()
     return len(bns)

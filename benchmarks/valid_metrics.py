@@ -43,6 +43,18 @@ import espnet_dynres  # noqa: F401  (registers the plugin's names)
 from espnet2.tasks.asr import ASRTask
 
 
+def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: Path = None):
+    """ESPnet's streaming iterator over ``data_dir/{wav.scp,text}`` with the model's own preprocessing
+    and padding collate (speech at the standard rate, in file order); ``key_file`` limits it to those ids."""
+    return ASRTask.build_streaming_iterator(
+        data_path_and_name_and_type=[(str(data_dir / "wav.scp"), "speech", "sound"),
+                                     (str(data_dir / "text"), "text", "text")],
+        dtype="float32", batch_size=batch_size, key_file=str(key_file) if key_file else None, num_workers=0,
+        preprocess_fn=ASRTask.build_preprocess_fn(train_args, False),
+        collate_fn=ASRTask.build_collate_fn(train_args, False), inference=False,
+    )
+
+
 @torch.no_grad()
 def evaluate(model_file: Path, valid_dir: Path, config: Path = None) -> Dict[str, float]:
     """Token- and utterance-weighted valid figures of one checkpoint (eval mode, batch size 1)."""
@@ -51,13 +63,7 @@ def evaluate(model_file: Path, valid_dir: Path, config: Path = None) -> Dict[str
         config = config if config.exists() else model_file.parent.parent / "config.yaml"
     model, train_args = ASRTask.build_model_from_file(config, model_file, "cpu")
     model.eval()
-    iterator = ASRTask.build_streaming_iterator(
-        data_path_and_name_and_type=[(str(valid_dir / "wav.scp"), "speech", "sound"),
-                                     (str(valid_dir / "text"), "text", "text")],
-        dtype="float32", batch_size=1, key_file=None, num_workers=0,
-        preprocess_fn=ASRTask.build_preprocess_fn(train_args, False),
-        collate_fn=ASRTask.build_collate_fn(train_args, False), inference=False,
-    )
+    iterator = speech_text_iterator(train_args, valid_dir, batch_size=1)
     correct = targets = 0.0
     errors = ref_tokens = 0.0
     acc_utts, ter_utts = [], []
@@ -98,6 +104,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.model and not args.epochs:
         parser.error("give --model or --epochs")
+    for spec in args.model + args.epochs:
+        if "=" not in spec:
+            parser.error(f"expected name=path, got {spec!r}")
     jobs = []
     for spec in args.model:
         name, path = spec.split("=", 1)

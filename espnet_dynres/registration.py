@@ -13,7 +13,9 @@ ESPnet switch      name                    what it is
 
 and wraps two ESPnet methods.  ``ASRTask.build_model`` first checks every
 ``*_conf`` for unknown keys (a typo gets the closest valid key,
-:func:`espnet_dynres.input_checks.check_task_conf_keys`).  ``ASRTask.build_sequence_iter_factory``
+:func:`espnet_dynres.input_checks.check_task_conf_keys`) and warns when
+``model: token_normalized`` runs with ``grad_clip`` above 1
+(:func:`espnet_dynres.input_checks.check_token_normalized_grad_clip`).  ``ASRTask.build_sequence_iter_factory``
 (0) checks the data against the shape files, too-short utterances and empty
 transcripts (:func:`espnet_dynres.input_checks.check_training_data`);
 (1) with ``frontend: dynres``, checks that the audio's sampling rate equals

@@ -169,29 +169,33 @@ class TokenNormalizedASRModel(ESPnetASRModel):
         self._utt_ids = list(utt_id) if utt_id is not None else None
         self._ctc_infeasible = None
         batch_size = text_lengths.size(0)
-        tokens = int(text_lengths.sum())
-        n = float(max(tokens, 1))
+        tokens = text_lengths.sum().to(torch.float32)  # () N, kept on the device (no host sync)
+        n = tokens.clamp(min=1.0)  # () n = max(N, 1)
         self._warn("have an empty transcript (only <eos> is trained)", text_lengths == 0)
         # The dynres sampler's plan (B,) int64 frames per utterance, for the dynres frontend.
         speech_frames = kwargs.pop(SPEECH_FRAMES_KEY, None)
         try:
             with planned_frames(speech_frames):
                 loss, stats, _ = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
+            device = loss.device
             # ESPnet divides every branch sum by B; per token: × B / n.
-            scale = batch_size / n
+            scale = (batch_size / n).to(device=device, dtype=loss.dtype)
             loss = loss * scale
             for key, value in stats.items():
                 if key.startswith("loss") and value is not None:
                     stats[key] = value * scale
-            device = loss.device
-            counts = {"batch_tokens": tokens, "batch_size": batch_size, "empty_transcripts": int((text_lengths == 0).sum())}
+            counts = {
+                "batch_tokens": tokens,
+                "batch_size": torch.tensor(float(batch_size)),
+                "empty_transcripts": (text_lengths == 0).sum(),
+            }
             if self._ctc_infeasible is not None:
-                counts["ctc_infeasible"] = self._ctc_infeasible
+                counts["ctc_infeasible"] = torch.tensor(float(self._ctc_infeasible))
             for name, value in counts.items():
-                stats[name] = torch.tensor([float(value)], device=device)
+                stats[name] = value.to(device=device, dtype=torch.float32).reshape(1)
             if getattr(self.frontend, "last_batch_fallback", None) is not None:
                 stats["frame_rate_fallback"] = torch.tensor([float(self.frontend.last_batch_fallback)], device=device)
-            weight = torch.tensor([n], dtype=torch.float32, device=device)
+            weight = n.to(device=device, dtype=torch.float32).reshape(1)
         finally:
             self._ctc_infeasible = None
             self._utt_ids = None
