@@ -178,8 +178,8 @@ class TokenNormalizedASRModel(ESPnetASRModel):
             with planned_frames(speech_frames):
                 loss, stats, _ = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
             device = loss.device
-            # ESPnet divides every branch sum by B; per token: × B / n.
-            scale = (batch_size / n).to(device=device, dtype=loss.dtype)
+            # ESPnet divides every branch sum by B; per token: × B / n (quotient in float64, then the loss dtype).
+            scale = (batch_size / n.double()).to(device=device, dtype=loss.dtype)
             loss = loss * scale
             for key, value in stats.items():
                 if key.startswith("loss") and value is not None:
