@@ -28,9 +28,12 @@ count is analysed exactly as ESPnet's ``DefaultFrontend`` would.
 
 The batch rule (:meth:`FrameRatePolicy.batch_frame_counts`):
 
-1. ``T`` = the mean of the utterances' standard frame counts, rounded, clipped
-   into the intersection of their ranges at ``[min_frame_rate_hz,
-   max_frame_rate_hz]``; every utterance gets ``T``.  (The ``dynres`` sampler
+1. ``T`` = the mean of the utterances' standard frame counts times
+   ``target_frame_rate_hz / standard rate`` (1 by default: the mean standard
+   frame count), rounded, clipped into the intersection of their ranges at
+   ``[min_frame_rate_hz, max_frame_rate_hz]``; every utterance gets ``T``.
+   A target below the standard rate makes the batch cost fewer encoder frames
+   (``target / standard`` of them when no clip applies).  (The ``dynres`` sampler
    only builds such batches, except as its docstring says.)
 2. If that intersection is empty, the same with the lower limit relaxed to
    ``fallback_frame_rate_hz``.
@@ -74,12 +77,17 @@ class FrameRatePolicy:
             computed at the standard rate and padded instead (Hz).
         curriculum_epochs: length of the optional low-rate-first schedule in
             epochs (0 = off).
+        target_frame_rate_hz: mean frame rate the batch rule aims at (Hz);
+            ``None`` = the standard rate ``fs / hop_length`` (the batch's mean
+            standard frame count).  Must lie in ``[min_frame_rate_hz,
+            max_frame_rate_hz]``.
 
     Raises:
         ValueError: non-positive values, ``min_frame_rate_hz`` above the
             standard rate, ``max_frame_rate_hz`` below it or above ``fs``,
-            ``fallback_frame_rate_hz`` above ``min_frame_rate_hz``, or a negative
-            ``curriculum_epochs``; the message names the key to fix.
+            ``fallback_frame_rate_hz`` above ``min_frame_rate_hz``, a negative
+            ``curriculum_epochs`` or a ``target_frame_rate_hz`` outside the clamp;
+            the message names the key to fix.
     """
 
     fs: int = 16000
@@ -88,6 +96,7 @@ class FrameRatePolicy:
     max_frame_rate_hz: float = 130.0
     fallback_frame_rate_hz: float = 50.0
     curriculum_epochs: int = 0
+    target_frame_rate_hz: Optional[float] = None
 
     def __post_init__(self):
         object.__setattr__(self, "fs", parse_fs(self.fs))
@@ -113,6 +122,21 @@ class FrameRatePolicy:
             )
         if self.curriculum_epochs < 0:
             raise ValueError(f"curriculum_epochs must be >= 0, got {self.curriculum_epochs}")
+        if self.target_frame_rate_hz is not None and not (
+            self.min_frame_rate_hz <= self.target_frame_rate_hz <= self.max_frame_rate_hz
+        ):
+            raise ValueError(
+                f"target_frame_rate_hz={self.target_frame_rate_hz} must lie in [min_frame_rate_hz="
+                f"{self.min_frame_rate_hz}, max_frame_rate_hz={self.max_frame_rate_hz}] (or be null for the "
+                "standard rate). Fix frontend_conf."
+            )
+
+    @property
+    def target_ratio(self) -> float:
+        """``target_frame_rate_hz / standard_frame_rate_hz`` (1.0 when no target is set)."""
+        if self.target_frame_rate_hz is None:
+            return 1.0
+        return self.target_frame_rate_hz / self.standard_frame_rate_hz
 
     # ------------------------------------------------------------------ rates
     @property
@@ -186,12 +210,17 @@ class FrameRatePolicy:
             epoch: 1-based epoch for the curriculum; ``None`` = no curriculum.
 
         Returns:
-            ``round(sum_standard_frames / batch_size)`` clipped to ``[lo, hi]``
-            (moved toward ``lo`` during the curriculum), or ``None`` when ``lo > hi``.
+            ``round(sum_standard_frames × target_ratio / batch_size)`` clipped to
+            ``[lo, hi]`` (moved toward ``lo`` during the curriculum), or ``None``
+            when ``lo > hi``.
         """
         if hi is None or lo > hi:
             return None
-        target = int(math.floor(sum_standard_frames / batch_size + 0.5))
+        if self.target_frame_rate_hz is None:
+            mean = sum_standard_frames / batch_size
+        else:  # mean x target / (fs / hop), one division so that exact halves round as written
+            mean = sum_standard_frames * self.target_frame_rate_hz * self.hop_length / (self.fs * batch_size)
+        target = int(math.floor(mean + 0.5))
         t = lo if target < lo else (hi if target > hi else target)  # clip (the sampler calls this per utterance)
         if epoch is not None and self.curriculum_epochs > 0 and epoch <= self.curriculum_epochs:
             progress = (max(epoch, 1) - 1) / self.curriculum_epochs  # 0 at epoch 1

@@ -64,6 +64,8 @@ def test_8k_rates_are_rates_and_hops_are_samples():
         (dict(min_frame_rate_hz=0.0), "min_frame_rate_hz"),
         (dict(hop_length=0), "hop_length"),
         (dict(fs=-1), "fs"),
+        (dict(target_frame_rate_hz=60.0), "target_frame_rate_hz"),
+        (dict(target_frame_rate_hz=140.0), "target_frame_rate_hz"),
     ],
 )
 def test_invalid_settings_are_rejected_with_the_key_named(kwargs, match):
@@ -117,3 +119,35 @@ def test_vectorized_frame_count_ranges_equal_the_scalar_ones(samples, low):
     policy = FrameRatePolicy()
     lo, hi = policy.frame_count_ranges(samples, low)
     assert [(int(a), int(b)) for a, b in zip(lo, hi)] == [policy.frame_count_range(n, low) for n in samples]
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(st.integers(min_value=1600, max_value=16000 * 20), min_size=1, max_size=20),
+    st.sampled_from([70.0, 80.0, 90.0, 100.0, 115.0, 130.0]),
+)
+def test_target_frame_rate_scales_the_rule_inside_the_clamp(lengths, target_hz):
+    standard = FrameRatePolicy()
+    aimed = FrameRatePolicy(target_frame_rate_hz=target_hz)
+    t_std, t_aim = standard.common_frame_count(lengths), aimed.common_frame_count(lengths)
+    assert (t_std is None) == (t_aim is None)  # the target never changes which batches are feasible
+    if t_std is None:
+        return
+    for n in lengths:  # still inside every utterance's clamp
+        lo, hi = aimed.frame_count_range(n)
+        assert lo <= t_aim <= hi
+    sum_std = sum(standard.standard_frame_count(n) for n in lengths)
+    wanted = math.floor(sum_std * target_hz * 160 / (16000 * len(lengths)) + 0.5)
+    lo = max(aimed.frame_count_range(n)[0] for n in lengths)
+    hi = min(aimed.frame_count_range(n)[1] for n in lengths)
+    assert t_aim == min(max(wanted, lo), hi)  # the rule, with the mean scaled by target / standard
+    assert (t_aim <= t_std) == (target_hz <= 100.0) or t_aim == t_std
+
+
+def test_target_at_the_standard_rate_is_the_default_rule():
+    lengths = [16000, 20000, 23000]
+    assert FrameRatePolicy(target_frame_rate_hz=100.0).common_frame_count(lengths) == FrameRatePolicy().common_frame_count(
+        lengths
+    )
+    # 8 kHz, hop 80: rates stay rates
+    assert FrameRatePolicy(fs=8000, hop_length=80, target_frame_rate_hz=80.0).common_frame_count([8000]) == 81

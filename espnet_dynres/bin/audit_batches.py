@@ -60,6 +60,8 @@ def get_parser() -> argparse.ArgumentParser:
     g.add_argument("--min_frame_rate_hz", type=float, default=70.0)
     g.add_argument("--max_frame_rate_hz", type=float, default=130.0)
     g.add_argument("--fallback_frame_rate_hz", type=float, default=50.0)
+    g.add_argument("--target_frame_rate_hz", type=float, default=None,
+                   help="dynres: mean frame rate a batch aims at (default: the standard rate fs / hop_length)")
     g.add_argument("--max_batch_size", type=int, default=None, help="dynres: most utterances per batch")
     g.add_argument("--seed", type=int, default=0, help="dynres: seed of the per-epoch redraw")
     g.add_argument("--ctc_input_layer", default=None,
@@ -160,6 +162,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             min_frame_rate_hz=args.min_frame_rate_hz,
             max_frame_rate_hz=args.max_frame_rate_hz,
             fallback_frame_rate_hz=args.fallback_frame_rate_hz,
+            target_frame_rate_hz=args.target_frame_rate_hz,
         )
     elif batch_bins is None:
         batch_bins = 1000000  # ESPnet's default

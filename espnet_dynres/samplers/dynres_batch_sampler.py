@@ -352,6 +352,12 @@ class DynResBatchSampler(AbsSampler):
             if fallback:
                 return None, tuple(counts)
             t = counts[0]
+        # A target frame rate below the standard one can put T under a member's CTC minimum
+        # (rule (d)); raise T to it where the clamp allows (it never raises B x T past what
+        # the grouping accepted, which checked T >= the minimum at the rule's own T).
+        need = max(self._min[i] for i in batch)
+        if t < need and hi is not None and need <= hi:
+            t = need
         if len(batch) == 1 and t > self.batch_bins:
             i = batch[0]
             lowest = self.policy.frame_count_range(self._samples[i], self.policy.fallback_frame_rate_hz)[0]

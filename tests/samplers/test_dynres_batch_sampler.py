@@ -121,6 +121,39 @@ def test_frontend_computes_the_planned_frames(tmp_path):
     assert len(sampler) < len(durations)  # it does batch
 
 
+@FAST
+@given(durations=durations_sec, batch_bins=st.integers(200, 20000), target_hz=st.sampled_from([70.0, 80.0, 90.0]))
+def test_a_lower_target_rate_keeps_coverage_budget_and_ctc_minimum(tmp_path, durations, batch_bins, target_hz):
+    policy = FrameRatePolicy(target_frame_rate_hz=target_hz)
+    shape_files, utt2samples = write_shape_files(tmp_path, [int(d * 16000) for d in durations])
+    # A dense transcript for every third utterance: 0.9 x its standard frames are needed.
+    need = {k: max(1, int(0.9 * POLICY.standard_frame_count(n))) if i % 3 == 0 else 1
+            for i, (k, n) in enumerate(sorted(utt2samples.items()))}
+    sampler = DynResBatchSampler(batch_bins=batch_bins, shape_files=shape_files, policy=policy, utt2min_frames=need)
+    batches, per_utt = sampler.batches_for_epoch(2), sampler.utt_frames_for_epoch(2)
+    counts = collections.Counter(k for batch in batches for k in batch)
+    assert set(counts) == set(utt2samples) and set(counts.values()) == {1}
+    for batch, frames in zip(batches, per_utt):
+        for k, t in zip(batch, frames):
+            lo, hi = policy.frame_count_range(utt2samples[k], policy.fallback_frame_rate_hz)
+            assert lo <= t <= hi  # a rate the frontend can produce
+            assert t >= min(need[k], hi), (k, t, need[k])  # CTC minimum wherever the clamp reaches it
+        if len(batch) > 1:
+            assert len(batch) * frames[0] <= batch_bins
+
+
+def test_a_lower_target_rate_costs_fewer_frames_for_the_same_batches(tmp_path):
+    durations = [1.0 + 0.01 * i for i in range(200)]  # all within the clamp's ratio
+    shape_files, utt2samples = write_shape_files(tmp_path, [int(d * 16000) for d in durations])
+    std = DynResBatchSampler(batch_bins=100000, shape_files=shape_files, policy=POLICY, max_batch_size=10)
+    low = DynResBatchSampler(batch_bins=100000, shape_files=shape_files, policy=FrameRatePolicy(target_frame_rate_hz=80.0),
+                             max_batch_size=10)
+    assert std.batches_for_epoch(1) == low.batches_for_epoch(1)  # max_batch_size decides the grouping
+    frames_std = sum(len(b) * t for b, t in zip(std.batches_for_epoch(1), std.frames_for_epoch(1)))
+    frames_low = sum(len(b) * t for b, t in zip(low.batches_for_epoch(1), low.frames_for_epoch(1)))
+    assert frames_low / frames_std == pytest.approx(0.8, abs=0.01)
+
+
 def test_frontend_refuses_a_plan_it_cannot_produce():
     frontend = DynResFrontend().train()
     lengths = torch.tensor([16000, 8000])

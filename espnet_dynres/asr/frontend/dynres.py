@@ -51,7 +51,9 @@ class DynResFrontend(AbsFrontend):
     10 ms shift (``hop_length=160`` → 100 Hz) / 80 mels.  For ``fs: 8k`` give
     ``win_length: 200, hop_length: 80, n_fft: 256`` (rates stay rates, hops are
     samples).  ``min_frame_rate_hz``, ``max_frame_rate_hz``,
-    ``fallback_frame_rate_hz`` and ``curriculum_epochs`` configure the
+    ``fallback_frame_rate_hz``, ``curriculum_epochs`` and
+    ``target_frame_rate_hz`` (the mean rate a batch aims at; ``None`` = the
+    standard rate) configure the
     :class:`FrameRatePolicy` shared with the sampler.
 
     Modes:
@@ -113,6 +115,7 @@ class DynResFrontend(AbsFrontend):
         max_frame_rate_hz: float = 130.0,
         fallback_frame_rate_hz: float = 50.0,
         curriculum_epochs: int = 0,
+        target_frame_rate_hz: Optional[float] = None,
         method: str = "hop",
         resample_filterbank: str = "original",
         resample_grid_hz: Optional[int] = None,
@@ -138,6 +141,7 @@ class DynResFrontend(AbsFrontend):
             max_frame_rate_hz=float(max_frame_rate_hz),
             fallback_frame_rate_hz=float(fallback_frame_rate_hz),
             curriculum_epochs=curriculum_epochs,
+            target_frame_rate_hz=None if target_frame_rate_hz is None else float(target_frame_rate_hz),
         )
         self.fs = fs
         self.n_fft = n_fft
