@@ -30,6 +30,7 @@ from espnet_dynres.asr.frontend.dynres import DynResFrontend  # noqa: E402
 from factory import real_utterances  # noqa: E402
 
 RATES_HZ = (70.0, 100.0, 130.0)
+RECIPE_16K = dict(n_fft=512, win_length=400, hop_length=160)  # the recipe's 25 ms / 10 ms analysis
 
 
 def feats_at_rate(fe: DynResFrontend, wav: torch.Tensor, rate_hz: float) -> torch.Tensor:
@@ -51,9 +52,9 @@ def main() -> None:
     args = ap.parse_args()
 
     variants = {
-        "hop": DynResFrontend(method="hop"),
-        "resample (filterbank of fs: speed change)": DynResFrontend(method="resample"),
-        "resample (filterbank of fs')": DynResFrontend(method="resample", resample_filterbank="resampled"),
+        "hop": DynResFrontend(method="hop", **RECIPE_16K),
+        "resample (filterbank of fs: speed change)": DynResFrontend(method="resample", **RECIPE_16K),
+        "resample (filterbank of fs')": DynResFrontend(method="resample", resample_filterbank="resampled", **RECIPE_16K),
     }
     wav = real_utterances(1, concat=3, start=1234)[0]
     fig, axes = plt.subplots(len(variants), 3, figsize=(12, 7), constrained_layout=True)

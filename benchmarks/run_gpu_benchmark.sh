@@ -6,6 +6,13 @@
 #   bash benchmarks/run_gpu_benchmark.sh                          # a GPU machine: the measurement
 #   bash benchmarks/run_gpu_benchmark.sh --device cpu --dry_run   # anywhere: the code paths, tiny sizes
 #
+# --mode time_to_accuracy (first argument): the recipe's stages 1-10 on the 3,000 training
+# utterances, then benchmarks/time_to_accuracy.py trains the main job's numel and dynres
+# configs, 2 seeds each, 2 at a time on the one GPU, decodes them and writes
+# time_to_accuracy.{json,md,png} (budgeted at under 9 minutes on one H200; not yet run on one).
+#   bash benchmarks/run_gpu_benchmark.sh --mode time_to_accuracy
+#   bash benchmarks/run_gpu_benchmark.sh --mode time_to_accuracy --device cpu --dry_run   # tiny, on CPU
+#
 # Results: gpu_benchmark.{json,md} and gpu_benchmark.log in $OUT when set (the device
 # tool's output folder), else in /tmp/gpu_benchmark/results.
 #
@@ -25,14 +32,21 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 die() { echo "run_gpu_benchmark: $*" >&2; exit 1; }
 
+mode=gpu_benchmark
+if [ "${1:-}" = "--mode" ]; then
+    mode=${2:?--mode needs gpu_benchmark or time_to_accuracy}; shift 2
+fi
+case "${mode}" in gpu_benchmark|time_to_accuracy) ;; *) die "unknown --mode ${mode} (gpu_benchmark or time_to_accuracy)" ;; esac
 device=cuda
+dry_run=false
 for ((i = 1; i <= $#; i++)); do
     if [ "${!i}" = "--device" ]; then j=$((i + 1)); device=${!j:-cuda}; fi
+    if [ "${!i}" = "--dry_run" ]; then dry_run=true; fi
 done
 
 # 1-2. Python with torch.
 if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; then
-    py=.venv/bin/python
+    py=${repo}/.venv/bin/python
     env_note="repository .venv"
 elif command -v python3 >/dev/null && python3 -c "import torch, torchaudio" 2>/dev/null; then
     py=$(command -v python3)
@@ -86,4 +100,25 @@ out=${OUT:-/tmp/gpu_benchmark/results}
 mkdir -p "${out}"
 echo "run_gpu_benchmark: environment: ${env_note}; FSDD: ${fsdd}; results: ${out}"
 set -o pipefail
+if [ "${mode}" = time_to_accuracy ]; then
+    work=${TMPDIR:-/tmp}/time_to_accuracy_work
+    rm -rf "${work}" && mkdir -p "${work}"
+    recipe=${repo}/egs2/fsdd_digits/asr1
+    if ${dry_run}; then  # the code paths on any machine: 24 utterances, the CI model, 1 epoch, 1 seed
+        sizes=(--num_train 24 --num_dev 6 --num_test 4)
+        arms=(--arm "dynres=${recipe}/conf/train_asr_conformer_dynres_ci.yaml")
+        tta_opts=(--seeds 0 --max_epoch 1 --parallel 1 --threads 2 --ngpu 0 --num_train 24)
+    else
+        sizes=(--num_train 3000)
+        arms=(--arm "numel=${recipe}/conf/train_asr_conformer_numel_cpu.yaml"
+              --arm "dynres=${recipe}/conf/train_asr_conformer_dynres_cpu.yaml")
+        tta_opts=(--seeds 0 1 --max_epoch 5 --parallel 2 --threads 4 --ngpu 1 --num_train 3000)
+    fi
+    (cd "${recipe}" && bash run.sh --stage 1 --stop_stage 10 --nj 8 --python "${py}" --fsdd_dir "${fsdd}" "${sizes[@]}" \
+        --asr_config "${arms[1]#*=}" --datadir "${work}/data" --dumpdir "${work}/dump" --expdir "${work}/exp") \
+        2>&1 | tee "${out}/time_to_accuracy_prep.log"
+    "${py}" benchmarks/time_to_accuracy.py --recipe_dir "${recipe}" --datadir "${work}/data" --dumpdir "${work}/dump" \
+        --expdir "${work}/exp" --out_dir "${out}" "${arms[@]}" "${tta_opts[@]}" 2>&1 | tee "${out}/time_to_accuracy.log"
+    exit 0
+fi
 "${py}" benchmarks/gpu_benchmark.py --fsdd_dir "${fsdd}" --out_dir "${out}" "$@" 2>&1 | tee "${out}/gpu_benchmark.log"

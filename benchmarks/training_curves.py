@@ -35,10 +35,22 @@ from typing import Dict, List, Optional
 _EPOCH = re.compile(r"(\d+)epoch results: \[train\] (.*?)\[valid\] (.*)$")
 _KV = re.compile(r"([A-Za-z_0-9]+)=([-+0-9.eE]+)")
 _TIME = re.compile(r"time=(?:(\d+) hours?, )?(?:(\d+) minutes? and )?([0-9.]+) seconds")
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})")
 
 
 def _values(text: str) -> Dict[str, float]:
     return {k: float(v) for k, v in _KV.findall(text)}
+
+
+def _stamp(line: str) -> Optional[float]:
+    """Seconds since the epoch of a log line's ``YYYY-MM-DD hh:mm:ss,mmm`` time stamp (None if none)."""
+    import datetime
+
+    m = _STAMP.search(line)
+    if not m:
+        return None
+    t = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+    return t.timestamp() + int(m.group(2)) / 1000.0
 
 
 def _seconds(text: str) -> Optional[float]:
@@ -61,6 +73,7 @@ class Run:
     clip_pct: List[float] = field(default_factory=list)
     grad_norm: List[float] = field(default_factory=list)
     steps: List[int] = field(default_factory=list)
+    wall_seconds: List[float] = field(default_factory=list)  # log start -> "Nepoch results" (training + validation)
     fair: Dict[int, Dict[str, float]] = field(default_factory=dict)  # epoch -> valid_metrics.py figures
 
     @property
@@ -80,9 +93,14 @@ def read_run(name: str, exp_dir: Path) -> Run:
     """
     log = exp_dir / "train.log"
     run = Run(name)
+    start = None
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        stamp = _stamp(line)
+        if start is None and stamp is not None:
+            start = stamp
         m = _EPOCH.search(line)
         if m:
+            run.wall_seconds.append(stamp - start if stamp is not None and start is not None else float("nan"))
             train = _values(m.group(2))
             run.epochs.append(int(m.group(1)))
             run.train.append(train)

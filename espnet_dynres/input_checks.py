@@ -190,18 +190,27 @@ def check_audio_file(utt_id: str, path: str, *, fs_hz: Optional[int] = None, mon
     return info
 
 
+def blank_line_message(path: Union[str, Path], line_no: int) -> str:
+    """The error for a blank line in a Kaldi-style file (ESPnet's readers stop on it without naming it)."""
+    return (
+        f"{path}:{line_no}: blank line. ESPnet's data loaders stop on it with 'not enough values to unpack' "
+        f"(no file or line named); delete it, e.g. sed -i '/^[[:space:]]*$/d' {path}"
+    )
+
+
 def read_keyed_file(path: Union[str, Path]) -> Dict[str, str]:
     """A Kaldi-style ``key value`` file as a dict (value ``""`` for a key alone on its line).
 
     Raises:
-        ValueError: a key that appears twice (named with its line number).
+        ValueError: a blank line or a key that appears twice (named with the
+            file and line number).
     """
     table: Dict[str, str] = {}
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             parts = line.rstrip("\n").split(maxsplit=1)
             if not parts:
-                continue
+                raise ValueError(blank_line_message(path, line_no))
             if parts[0] in table:
                 raise ValueError(f"{path}:{line_no}: key {parts[0]} appears twice; keep one line per utterance.")
             table[parts[0]] = parts[1] if len(parts) > 1 else ""
@@ -295,29 +304,61 @@ def check_shape_file_lengths(shape_file: str, *, min_samples: int) -> None:
         )
 
 
-def check_transcripts(text_file: str, *, utt2num_tokens: Optional[Mapping[str, int]] = None) -> None:
-    """Every training transcript has at least one token.
+def check_shape_file_channels(shape_file: str) -> None:
+    """Every utterance of a speech shape file is mono (``utt_id N`` or ``utt_id N,1``).
+
+    The dynres frontend plans one frame rate per utterance of a mono waveform;
+    a multi-channel one would stop a DataLoader worker with a shape error.
+
+    Raises:
+        ValueError: naming how many utterances have more than one channel, up to
+            five of them with their shapes, and the fix.
+    """
+    multi = {}
+    for key, value in read_keyed_file(shape_file).items():
+        fields = value.split(",")
+        if len(fields) > 1 and fields[1].strip() not in ("", "1"):
+            multi[key] = value
+    if multi:
+        shown = {k: multi[k] for k in _first(multi)}
+        raise ValueError(
+            f"{len(multi)} utterances in {shape_file} have more than one channel (samples,channels), e.g. {shown}; "
+            "frontend: dynres takes mono audio. Down-mix or pick one channel when preparing the data (e.g. "
+            "`sox in.wav -c 1 out.wav`; the recipe's stage 3 refuses such files), then re-run collect-stats."
+        )
+
+
+def check_transcripts(text_file: str, *, utt2num_tokens: Optional[Mapping[str, int]] = None) -> List[str]:
+    """Name the training transcripts without tokens (a warning, not an error).
+
+    ``model: token_normalized`` handles them as documented (counted in
+    ``empty_transcripts``; only ``<eos>`` is trained, and a batch without any
+    token divides by 1), as ESPnet's own loss does; the warning names them so
+    that a data-preparation slip does not go unnoticed.
 
     Args:
         text_file: Kaldi-style ``text`` (``utt_id transcript``).
         utt2num_tokens: optional token counts after the task's preprocessing
-            (cleaner + tokenizer); without it, an empty or blank line is the test.
+            (cleaner + tokenizer); without it, an empty or blank value is the test.
+
+    Returns:
+        the utterance ids with no tokens (sorted).
 
     Raises:
-        ValueError: naming how many transcripts are empty, up to five
-            utterances, and the fix.
+        ValueError: a blank line or a repeated key (:func:`read_keyed_file`).
     """
     table = read_keyed_file(text_file)
     if utt2num_tokens is None:
-        empty = [k for k, v in table.items() if not v.strip()]
+        empty = sorted(k for k, v in table.items() if not v.strip())
     else:
-        empty = [k for k, n in utt2num_tokens.items() if int(n) == 0]
+        empty = sorted(k for k, n in utt2num_tokens.items() if int(n) == 0)
     if empty:
-        raise ValueError(
-            f"{len(empty)} transcripts in {text_file} have no tokens, e.g. {_first(empty)}. CTC and the "
-            "token-normalized loss have nothing to learn from them: remove them (recipe stage 4 does) or "
-            "write the transcript."
+        logging.warning(
+            f"{len(empty)} transcripts in {text_file} have no tokens, e.g. {_first(empty)}: only <eos> is trained "
+            "on them (counted as empty_transcripts by model: token_normalized). Remove them (recipe stage 4 "
+            "does) if they are mistakes."
         )
+    return empty
 
 
 # ------------------------------------------------------------------------------------------- settings
@@ -380,11 +421,15 @@ def check_task_conf_keys(task: type, args: argparse.Namespace) -> None:
 
 
 def with_conf_key_check(build_model: Callable) -> Callable:
-    """Wrap a task's ``build_model(cls, args)`` so that conf typos fail first, with a suggestion,
-    and ``grad_clip`` is checked against ``model: token_normalized``."""
+    """Wrap a task's ``build_model(cls, args)`` so that, when a plugin switch is on
+    (:func:`plugin_switches_on`), conf typos fail first, with a suggestion, and ``grad_clip``
+    is checked against ``model: token_normalized``; a stock configuration goes straight
+    to ESPnet's method."""
 
     @functools.wraps(build_model)
     def checked(cls, args: argparse.Namespace):
+        if not plugin_switches_on(args):
+            return build_model(cls, args)
         check_task_conf_keys(cls, args)
         check_token_normalized_grad_clip(args)
         return build_model(cls, args)
@@ -461,8 +506,8 @@ def check_normalize_stats(frontend: Optional[torch.nn.Module], normalize: Option
 def training_min_samples(args: argparse.Namespace) -> int:
     """Fewest samples a training utterance needs: one analysis window and the encoder's minimum input.
 
-    From ``frontend_conf`` (``n_fft`` 512 and ``hop_length`` 160 when absent,
-    ESPnet's defaults) and ``encoder_conf.input_layer`` (``conv2d`` needs 7
+    From ``frontend_conf`` (``n_fft`` 512 and ``hop_length`` 128 when absent,
+    DefaultFrontend's and the dynres frontend's defaults) and ``encoder_conf.input_layer`` (``conv2d`` needs 7
     frames); 1 when the model takes features (``frontend: null``).
     """
     if getattr(args, "frontend", None) is None or getattr(args, "input_size", None) is not None:
@@ -475,7 +520,21 @@ def training_min_samples(args: argparse.Namespace) -> int:
         min_frames = min_feature_frames(1, input_layer)
     except ValueError:
         min_frames = 1
-    return min_input_samples(int(conf.get("n_fft", 512)), int(conf.get("hop_length", 160)), min_frames)
+    return min_input_samples(int(conf.get("n_fft", 512)), int(conf.get("hop_length", 128)), min_frames)
+
+
+PLUGIN_SWITCHES = {"batch_type": "dynres", "valid_batch_type": "dynres", "frontend": "dynres", "specaug": "dynres",
+                   "model": "token_normalized"}
+
+
+def plugin_switches_on(args: argparse.Namespace) -> List[str]:
+    """The plugin's switches set in ``args`` (``["batch_type: dynres", ...]``); empty for stock ESPnet.
+
+    Every check of this module that runs inside ESPnet's own code paths runs
+    only when this is non-empty, so importing the plugin leaves a stock
+    configuration exactly as ESPnet runs it.
+    """
+    return [f"{key}: {value}" for key, value in PLUGIN_SWITCHES.items() if getattr(args, key, None) == value]
 
 
 def check_training_data(args: argparse.Namespace, iter_options) -> None:
@@ -487,10 +546,12 @@ def check_training_data(args: argparse.Namespace, iter_options) -> None:
             ``shape_files``).
 
     Raises:
-        ValueError: shape files and data files list different utterances
-            (:func:`check_shape_file_keys`); an utterance shorter than
-            :func:`training_min_samples` (:func:`check_shape_file_lengths`); a
-            transcript with no tokens (:func:`check_transcripts`).
+        ValueError: a blank line in a shape or data file; shape files and data
+            files list different utterances (:func:`check_shape_file_keys`); an
+            utterance shorter than :func:`training_min_samples`
+            (:func:`check_shape_file_lengths`); a multi-channel utterance with
+            ``frontend: dynres`` (:func:`check_shape_file_channels`).  Transcripts
+            without tokens are named in a warning (:func:`check_transcripts`).
     """
     shape_files = list(iter_options.shape_files or [])
     data_files = list(iter_options.data_path_and_name_and_type or [])
@@ -498,6 +559,8 @@ def check_training_data(args: argparse.Namespace, iter_options) -> None:
     speech_shapes = [s for s in shape_files if Path(s).name.startswith("speech_shape")]
     if speech_shapes:
         check_shape_file_lengths(speech_shapes[0], min_samples=training_min_samples(args))
+        if getattr(args, "frontend", None) == "dynres":
+            check_shape_file_channels(speech_shapes[0])
     for path, name, kind in data_files:
         if name == "text" and kind == "text":
             check_transcripts(path)

@@ -11,13 +11,16 @@ ESPnet switch      name                    what it is
 ``batch_type``     ``dynres``              :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
 =================  ======================  ==============================================
 
-and wraps two ESPnet methods.  ``ASRTask.build_model`` first checks every
+and wraps two ESPnet methods.  Their checks run only when one of the
+plugin's switches is on (:func:`espnet_dynres.input_checks.plugin_switches_on`):
+a stock configuration goes straight to ESPnet's code.  ``ASRTask.build_model`` first checks every
 ``*_conf`` for unknown keys (a typo gets the closest valid key,
 :func:`espnet_dynres.input_checks.check_task_conf_keys`) and warns when
 ``model: token_normalized`` runs with ``grad_clip`` above 1
 (:func:`espnet_dynres.input_checks.check_token_normalized_grad_clip`).  ``ASRTask.build_sequence_iter_factory``
-(0) checks the data against the shape files, too-short utterances and empty
-transcripts (:func:`espnet_dynres.input_checks.check_training_data`);
+(0) checks the data against the shape files (blank lines, keys), too-short and
+(with ``frontend: dynres``) multi-channel utterances, and names empty
+transcripts in a warning (:func:`espnet_dynres.input_checks.check_training_data`);
 (1) with ``frontend: dynres``, checks that the audio's sampling rate equals
 ``frontend_conf.fs``; (2) for ``batch_type`` (or ``valid_batch_type``)
 ``dynres`` builds the ``dynres`` sampler (with CTC safety from the
@@ -152,8 +155,9 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
         ValueError: ``shuffle_within_batch: true`` (it would break the plan), a
             frontend other than ``dynres``, or audio at another sampling rate.
     """
-    check_sampling_rate(args, iter_options)
-    input_checks.check_training_data(args, iter_options)
+    if input_checks.plugin_switches_on(args):  # a stock configuration runs exactly as ESPnet's own
+        check_sampling_rate(args, iter_options)
+        input_checks.check_training_data(args, iter_options)
     if iter_options.batch_type != "dynres":
         return _ORIGINAL_BUILD_SEQUENCE_ITER_FACTORY(cls, args, iter_options, mode)
     if getattr(args, "shuffle_within_batch", False):

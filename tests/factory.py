@@ -17,6 +17,9 @@ import torchaudio
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FSDD_DIR = REPO_ROOT.parent / "shared" / "data" / "fsdd" / "recordings"
 RECIPE_DIR = REPO_ROOT / "egs2" / "fsdd_digits" / "asr1"
+# The recipe's analysis settings at 16 kHz (25 ms window, 10 ms shift = 100 Hz); DynResFrontend's
+# defaults are DefaultFrontend's (window = n_fft, hop 128).
+RECIPE_FRONTEND = dict(n_fft=512, win_length=400, hop_length=160)
 
 
 def fsdd_files(count: int, start: int = 0) -> List[Path]:
@@ -66,7 +69,7 @@ def tiny_asr_args(**overrides) -> argparse.Namespace:
     args.token_list = list(TOKENS)
     args.input_size = None
     args.frontend = "dynres"
-    args.frontend_conf = {"n_mels": 20}
+    args.frontend_conf = {"n_mels": 20, **RECIPE_FRONTEND}
     args.specaug = None
     args.normalize = None
     args.encoder = "conformer"

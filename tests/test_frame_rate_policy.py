@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from factory import RECIPE_FRONTEND
 
 POLICY = FrameRatePolicy()  # 16 kHz, hop 160 (100 Hz), clamp 70-130 Hz
 
@@ -93,7 +94,7 @@ def test_frontend_follows_the_epoch_recorded_by_the_iterator():
     from espnet_dynres.asr.frontend.dynres import DynResFrontend
     from espnet_dynres.frame_rate_context import set_epoch
 
-    fe = DynResFrontend(curriculum_epochs=2).train()
+    fe = DynResFrontend(curriculum_epochs=2, **RECIPE_FRONTEND).train()
     lengths = torch.tensor([16000, 20000, 24000])
     set_epoch(1)
     early, _ = fe.frame_counts(lengths)

@@ -14,6 +14,7 @@ from espnet2.fileio.read_text import load_num_sequence_text
 from espnet2.samplers.abs_sampler import AbsSampler
 
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.input_checks import blank_line_message
 
 OVERSIZED_ACTIONS = ("warn", "error")
 
@@ -52,8 +53,8 @@ def read_shape_file(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
         (samples for ``speech_shape``, tokens for ``text_shape``).
 
     Raises:
-        ValueError: a malformed line or a repeated key (naming the file and line),
-            or an empty file.
+        ValueError: a blank or malformed line or a repeated key (naming the file
+            and line), or an empty file.
     """
     keys: List[str] = []
     values: List[int] = []
@@ -62,7 +63,7 @@ def read_shape_file(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
         for lineno, line in enumerate(f, 1):
             parts = line.split(maxsplit=1)
             if not parts:
-                continue
+                raise ValueError(blank_line_message(path, lineno))
             try:
                 values.append(int(parts[1].split(",", 1)[0]))
             except (IndexError, ValueError):

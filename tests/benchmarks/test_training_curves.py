@@ -34,6 +34,7 @@ def test_epoch_results_are_parsed_with_times_steps_and_clipping(tmp_path):
     assert run.steps == [169, 338]
     assert run.train_seconds == [pytest.approx(310.75), pytest.approx(3723.5)]
     assert run.cumulative_seconds[-1] == pytest.approx(310.75 + 3723.5)
+    assert run.wall_seconds == [pytest.approx(0.0), pytest.approx(310.888)]  # from the log's first time stamp
     assert run.clip_pct == [pytest.approx(75.148), pytest.approx(82.0)]
     assert run.grad_norm[1] == pytest.approx(15.0)
     assert run.valid[1]["cer_ctc"] == pytest.approx(0.112) and run.valid[0]["acc"] == pytest.approx(0.284)

@@ -8,7 +8,7 @@ import yaml
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.ctc_feasibility import ctc_frames_needed, encoder_frames, min_feature_frames
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import FSDD_DIR, RECIPE_DIR, REPO_ROOT, write_shape_files
+from factory import RECIPE_FRONTEND, FSDD_DIR, RECIPE_DIR, REPO_ROOT, write_shape_files
 
 DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
@@ -50,7 +50,7 @@ def test_no_recipe_training_utterance_becomes_ctc_infeasible(tmp_path):
 def test_sampler_raises_the_rate_when_the_transcript_needs_it(tmp_path):
     # Two utterances: 2.0 s with 1 token and 1.2 s with a dense transcript.
     shape_files, utt2samples = write_shape_files(tmp_path, [32000, 19200])
-    policy = DynResFrontend().policy
+    policy = DynResFrontend(**RECIPE_FRONTEND).policy
     free = DynResBatchSampler(batch_bins=10000, shape_files=shape_files, policy=policy)
     assert len(free) == 1  # grouped: the 2.0 s utterance goes down to ~T frames
     t = free.batch_frames[0]

@@ -11,7 +11,7 @@ from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.frame_rate_context import planned_frames
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import write_shape_files
+from factory import RECIPE_FRONTEND, write_shape_files
 
 POLICY = FrameRatePolicy()
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -105,7 +105,7 @@ def test_frontend_computes_the_planned_frames(tmp_path):
     # A long-tailed corpus, 0.2 s to 30 s, plus one oversized recording lowered to the budget.
     durations = [0.2 * 1.03**i for i in range(170)] + [90.0]
     sampler, utt2samples = build(tmp_path, durations, batch_bins=4000)
-    frontend = DynResFrontend().train()
+    frontend = DynResFrontend(**RECIPE_FRONTEND).train()
     checked = 0
     for batch, per_utt in zip(sampler.batches_for_epoch(2), sampler.utt_frames_for_epoch(2)):
         if sum(utt2samples[k] for k in batch) > 16000 * 15 and len(batch) > 1:
@@ -155,7 +155,7 @@ def test_a_lower_target_rate_costs_fewer_frames_for_the_same_batches(tmp_path):
 
 
 def test_frontend_refuses_a_plan_it_cannot_produce():
-    frontend = DynResFrontend().train()
+    frontend = DynResFrontend(**RECIPE_FRONTEND).train()
     lengths = torch.tensor([16000, 8000])
     with planned_frames(torch.tensor([101, 101])):  # 0.5 s cannot take 101 frames (max 66 at 130 Hz)
         with pytest.raises(ValueError, match="same frontend_conf"):

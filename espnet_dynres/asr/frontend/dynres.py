@@ -7,6 +7,7 @@ import logging
 import math
 from typing import Dict, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 import torchaudio
 from typeguard import typechecked
@@ -47,11 +48,14 @@ class DynResFrontend(AbsFrontend):
 
     Parameters shared with ESPnet's ``DefaultFrontend`` (``fs``, ``n_fft``,
     ``win_length``, ``hop_length``, ``window``, ``n_mels``, ``fmin``, ``fmax``,
-    ``htk``) mean the same; the defaults are the usual 16 kHz / 25 ms window /
-    10 ms shift (``hop_length=160`` → 100 Hz) / 80 mels.  For ``fs: 8k`` give
-    ``win_length: 200, hop_length: 80, n_fft: 256`` (rates stay rates, hops are
-    samples).  ``min_frame_rate_hz``, ``max_frame_rate_hz``,
-    ``fallback_frame_rate_hz``, ``curriculum_epochs`` and
+    ``htk``) mean the same and have the same defaults (``fs`` 16000, ``n_fft``
+    512, ``win_length`` ``None`` = ``n_fft``, ``hop_length`` 128 = 125 Hz, 80
+    mels), so an omitted key gives DefaultFrontend's features.  The recipe sets
+    the usual 25 ms window / 10 ms shift: ``win_length: 400, hop_length: 160``
+    (100 Hz).  For ``fs: 8k`` give ``win_length: 200, hop_length: 80, n_fft:
+    256`` (rates stay rates, hops are samples).  ``min_frame_rate_hz``, ``max_frame_rate_hz``,
+    ``fallback_frame_rate_hz`` (Hz; omitted: 0.7, 1.3 and 0.5 × the standard
+    rate ``fs / hop_length``, i.e. 70, 130 and 50 Hz at 100 Hz), ``curriculum_epochs`` and
     ``target_frame_rate_hz`` (the mean rate a batch aims at; ``None`` = the
     standard rate) configure the
     :class:`FrameRatePolicy` shared with the sampler.
@@ -104,16 +108,16 @@ class DynResFrontend(AbsFrontend):
         self,
         fs: Union[int, str] = 16000,
         n_fft: int = 512,
-        win_length: Optional[int] = 400,
-        hop_length: int = 160,
+        win_length: Optional[int] = None,
+        hop_length: int = 128,
         window: Optional[str] = "hann",
         n_mels: int = 80,
         fmin: Optional[int] = None,
         fmax: Optional[int] = None,
         htk: bool = False,
-        min_frame_rate_hz: float = 70.0,
-        max_frame_rate_hz: float = 130.0,
-        fallback_frame_rate_hz: float = 50.0,
+        min_frame_rate_hz: Optional[float] = None,
+        max_frame_rate_hz: Optional[float] = None,
+        fallback_frame_rate_hz: Optional[float] = None,
         curriculum_epochs: int = 0,
         target_frame_rate_hz: Optional[float] = None,
         method: str = "hop",
@@ -134,12 +138,13 @@ class DynResFrontend(AbsFrontend):
         resample_grid_hz = fs // 40 if resample_grid_hz is None else resample_grid_hz
         if resample_grid_hz <= 0:
             raise ValueError(f"resample_grid_hz must be a positive number of Hz, got {resample_grid_hz}")
+        standard_hz = fs / hop_length
         self.policy = FrameRatePolicy(
             fs=fs,
             hop_length=hop_length,
-            min_frame_rate_hz=float(min_frame_rate_hz),
-            max_frame_rate_hz=float(max_frame_rate_hz),
-            fallback_frame_rate_hz=float(fallback_frame_rate_hz),
+            min_frame_rate_hz=float(0.7 * standard_hz if min_frame_rate_hz is None else min_frame_rate_hz),
+            max_frame_rate_hz=float(1.3 * standard_hz if max_frame_rate_hz is None else max_frame_rate_hz),
+            fallback_frame_rate_hz=float(0.5 * standard_hz if fallback_frame_rate_hz is None else fallback_frame_rate_hz),
             curriculum_epochs=curriculum_epochs,
             target_frame_rate_hz=None if target_frame_rate_hz is None else float(target_frame_rate_hz),
         )
@@ -184,7 +189,10 @@ class DynResFrontend(AbsFrontend):
         """Log-mel features, computed in float32 with autocast off (:func:`float32_features`).
 
         Args:
-            input: speech ``(B, T_samples)`` float32 at ``fs`` Hz, zero-padded.
+            input: speech ``(B, T_samples)`` float32 at ``fs`` Hz, zero-padded;
+                outside a training step also ``(B, T_samples, C)``, of which, as
+                in ``DefaultFrontend``, the first channel is used in ``eval()``
+                and a random one in train mode (collect-stats).
             input_lengths: ``(B,)`` int64, samples before padding.
 
         Returns:
@@ -192,8 +200,24 @@ class DynResFrontend(AbsFrontend):
             padded frames 0) and feats_lengths ``(B,)`` int64, the frames
             computed per utterance.  In a training step outside fallback every
             length equals ``T_frames``.
+
+        Raises:
+            ValueError: multi-channel input in a training step (the plan is per
+                utterance and channel choice is not: down-mix the data), an input
+                that is neither 2-D nor 3-D, or NaN/inf samples.
         """
-        assert input.dim() == 2, f"speech must be (B, T_samples), got {tuple(input.shape)}"
+        if input.dim() == 3 and not self.is_dynamic():
+            # (B, T_samples, C) -> (B, T_samples): DefaultFrontend's channel choice (its STFT is per channel).
+            ch = int(np.random.randint(input.size(2))) if self.training else 0
+            input = input[:, :, ch]
+        if input.dim() != 2:
+            raise ValueError(
+                f"frontend dynres: speech of shape {tuple(input.shape)}"
+                + (" in a training step" if self.is_dynamic() else "")
+                + "; it takes mono (B, T_samples) (multi-channel (B, T_samples, C) only outside a training step). "
+                "Down-mix or pick one channel when preparing the data (e.g. `sox in.wav -c 1 "
+                "out.wav`, or recipe stage 3)."
+            )
         assert input_lengths.dim() == 1 and input_lengths.numel() == input.size(0), (
             f"speech_lengths must be (B,)={input.size(0)}, got {tuple(input_lengths.shape)}"
         )

@@ -5,7 +5,7 @@ import torch
 from espnet2.asr.frontend.default import DefaultFrontend
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.frame_rate_context import current_frame_rates
-from factory import pad_batch, real_utterances
+from factory import RECIPE_FRONTEND, pad_batch, real_utterances
 
 METHODS = ["hop", "resample"]
 
@@ -34,7 +34,7 @@ def feasible_batch():
 def test_eval_mode_equals_default_frontend(real_batch, method):
     _, speech, lengths = real_batch
     ref, ref_lengths = default_frontend().eval()(speech, lengths)
-    out, out_lengths = DynResFrontend(method=method).eval()(speech, lengths)
+    out, out_lengths = DynResFrontend(method=method, **RECIPE_FRONTEND).eval()(speech, lengths)
     assert torch.equal(out_lengths, ref_lengths)
     assert (out - ref).abs().max().item() <= 1e-4
 
@@ -45,13 +45,13 @@ def test_no_grad_in_train_mode_is_the_standard_rate(real_batch, method):
     _, speech, lengths = real_batch
     ref, _ = default_frontend().eval()(speech, lengths)
     with torch.no_grad():
-        out, _ = DynResFrontend(method=method).train()(speech, lengths)
+        out, _ = DynResFrontend(method=method, **RECIPE_FRONTEND).train()(speech, lengths)
     assert (out - ref).abs().max().item() <= 1e-4
 
 
 def test_hop_at_standard_frame_count_equals_default_frontend_per_utterance(real_batch):
     wavs, _, _ = real_batch
-    fe, ref_fe = DynResFrontend(), default_frontend().eval()
+    fe, ref_fe = DynResFrontend(**RECIPE_FRONTEND), default_frontend().eval()
     for w in wavs:
         n = torch.tensor([len(w)])
         ref, ref_len = ref_fe(w[None], n)
@@ -64,7 +64,7 @@ def test_hop_gradient_at_standard_frame_count_equals_default_frontend(real_batch
     # The fast framing (reflect-pad at each utterance's ends, strided gather) must back-propagate
     # to the waveform exactly as torch.stft does.
     wavs, _, _ = real_batch
-    fe, ref_fe = DynResFrontend(), default_frontend()
+    fe, ref_fe = DynResFrontend(**RECIPE_FRONTEND), default_frontend()
     for w in wavs[::2]:
         x_ref, x = w[None].clone().requires_grad_(True), w[None].clone().requires_grad_(True)
         n = torch.tensor([len(w)])
@@ -81,7 +81,7 @@ def test_hop_gradient_at_standard_frame_count_equals_default_frontend(real_batch
 def test_reflect_padded_mirrors_each_utterance_at_its_own_ends(num_samples):
     # numpy's "reflect" (repeated for pads longer than the signal) is the reference; the batch
     # holds a longer utterance so the short one is zero-padded as in an ESPnet batch.
-    fe = DynResFrontend(n_fft=512)
+    fe = DynResFrontend(**RECIPE_FRONTEND)
     gen = torch.Generator().manual_seed(num_samples)
     short, long = torch.randn(num_samples, generator=gen), torch.randn(5000, generator=gen)
     speech, lengths = pad_batch([short, long])
@@ -94,7 +94,7 @@ def test_reflect_padded_mirrors_each_utterance_at_its_own_ends(num_samples):
 
 @pytest.mark.parametrize("fs_hz", [None, [11200, 16000, 20800]])
 def test_batched_frame_shifts_are_bit_identical_to_the_policy(fs_hz):
-    fe = DynResFrontend()
+    fe = DynResFrontend(**RECIPE_FRONTEND)
     gen = torch.Generator().manual_seed(0)
     num_samples = torch.cat([torch.tensor([0, 1, 159, 160, 161, 257]), torch.randint(1, 600_000, (3000,), generator=gen)])
     standard = 1 + num_samples // 160
@@ -117,7 +117,7 @@ def test_batched_frame_shifts_are_bit_identical_to_the_policy(fs_hz):
 
 def test_framed_logmel_zeroes_frames_past_each_utterance(real_batch):
     _, speech, lengths = real_batch
-    fe = DynResFrontend()
+    fe = DynResFrontend(**RECIPE_FRONTEND)
     feats_lengths = 1 + lengths // 160
     shifts = torch.full(lengths.shape, 160.0, dtype=torch.float64)
     feats = fe.framed_logmel(speech, lengths, shifts, feats_lengths, fe.logmel)
@@ -129,7 +129,7 @@ def test_framed_logmel_zeroes_frames_past_each_utterance(real_batch):
 @pytest.mark.parametrize("method", METHODS)
 def test_training_batch_has_one_frame_count_and_no_padding(feasible_batch, method):
     _, speech, lengths = feasible_batch
-    fe = DynResFrontend(method=method).train()
+    fe = DynResFrontend(method=method, **RECIPE_FRONTEND).train()
     t = fe.policy.common_frame_count(lengths.tolist())
     assert t is not None
     feats, feats_lengths = fe(speech, lengths)
@@ -147,7 +147,7 @@ def test_training_batch_has_one_frame_count_and_no_padding(feasible_batch, metho
 def test_training_batched_equals_one_by_one(method):
     wavs = real_utterances(4, concat=2, start=300)
     speech, lengths = pad_batch(wavs)
-    fe = DynResFrontend(method=method).train()
+    fe = DynResFrontend(method=method, **RECIPE_FRONTEND).train()
     feats, feats_lengths = fe(speech, lengths)
     compute = fe.hop_logmel if method == "hop" else fe.resample_logmel
     for b, w in enumerate(wavs):
@@ -157,7 +157,7 @@ def test_training_batched_equals_one_by_one(method):
 
 def test_resample_snaps_rates_to_a_grid_and_keeps_exact_frame_counts(feasible_batch):
     _, speech, lengths = feasible_batch
-    fe = DynResFrontend(method="resample").train()
+    fe = DynResFrontend(method="resample", **RECIPE_FRONTEND).train()
     counts, _ = fe.frame_counts(lengths)
     new_rates = [fe.resample_rate_hz(n, t) for n, t in zip(lengths.tolist(), counts.tolist())]
     assert all(r % fe.resample_grid_hz == 0 for r in new_rates)
@@ -176,7 +176,7 @@ def test_resample_groups_utterances_of_one_rate_and_matches_one_by_one(feasible_
     wavs, _, _ = feasible_batch
     wavs = list(wavs) + [wavs[0], wavs[2]]
     speech, lengths = pad_batch(wavs)
-    fe = DynResFrontend(method="resample").train()
+    fe = DynResFrontend(method="resample", **RECIPE_FRONTEND).train()
     counts, _ = fe.frame_counts(lengths)
     new_rates = fe.resample_rates_hz(lengths, counts)
     assert new_rates.tolist() == [fe.resample_rate_hz(n, t) for n, t in zip(lengths.tolist(), counts.tolist())]
@@ -190,7 +190,7 @@ def test_resample_groups_utterances_of_one_rate_and_matches_one_by_one(feasible_
 @pytest.mark.parametrize("filterbank", ["original", "resampled"])
 def test_resample_filterbank_variants_run(feasible_batch, filterbank):
     _, speech, lengths = feasible_batch
-    fe = DynResFrontend(method="resample", resample_filterbank=filterbank).train()
+    fe = DynResFrontend(method="resample", resample_filterbank=filterbank, **RECIPE_FRONTEND).train()
     feats, feats_lengths = fe(speech, lengths)
     assert torch.isfinite(feats).all() and len(set(feats_lengths.tolist())) == 1
 
@@ -198,7 +198,7 @@ def test_resample_filterbank_variants_run(feasible_batch, filterbank):
 def test_batch_without_common_frame_count_falls_back_to_standard_rate_with_padding():
     short, long = real_utterances(1, concat=1, start=0)[0], real_utterances(1, concat=8, start=20)[0]
     speech, lengths = pad_batch([short, long])
-    fe = DynResFrontend().train()
+    fe = DynResFrontend(**RECIPE_FRONTEND).train()
     assert fe.policy.common_frame_count(lengths.tolist(), min_rate_hz=50.0) is None
     feats, feats_lengths = fe(speech, lengths)
     ref, ref_lengths = default_frontend().eval()(speech, lengths)
@@ -213,7 +213,7 @@ def test_rates_between_fallback_and_min_are_used_without_padding():
     ratio = len(two) / len(one)
     assert 130 / 70 < ratio < 130 / 50, ratio  # beyond the clamp, within the fallback
     speech, lengths = pad_batch([one, two])
-    fe = DynResFrontend().train()
+    fe = DynResFrontend(**RECIPE_FRONTEND).train()
     feats, feats_lengths = fe(speech, lengths)
     assert len(set(feats_lengths.tolist())) == 1 and not fe.last_batch_fallback
 
@@ -235,7 +235,7 @@ def test_8k_configuration_gives_100_hz_in_eval_and_one_frame_count_in_training()
 
 @pytest.mark.parametrize("method", METHODS)
 def test_inputs_shorter_than_one_window_do_not_crash(method):
-    fe = DynResFrontend(method=method).train()
+    fe = DynResFrontend(method=method, **RECIPE_FRONTEND).train()
     speech = torch.randn(3, 300)
     lengths = torch.tensor([300, 100, 1])
     feats, feats_lengths = fe(speech, lengths)
@@ -247,7 +247,7 @@ def test_inputs_shorter_than_one_window_do_not_crash(method):
 def test_framing_handles_utterances_shorter_than_one_window(method):
     # The framing itself (reflection repeated at the ends, as numpy's "reflect") copes with
     # utterances shorter than n_fft / 2, whatever input check forward() applies first.
-    fe = DynResFrontend(method=method).train()
+    fe = DynResFrontend(method=method, **RECIPE_FRONTEND).train()
     speech = torch.randn(3, 300, generator=torch.Generator().manual_seed(0))
     lengths = torch.tensor([300, 100, 1])
     counts = torch.tensor([3, 3, 3])
@@ -257,9 +257,12 @@ def test_framing_handles_utterances_shorter_than_one_window(method):
 
 
 def test_gradients_flow_and_shapes_are_checked():
-    fe = DynResFrontend().train()
-    with pytest.raises(AssertionError, match=r"\(B, T_samples\)"):
+    fe = DynResFrontend(**RECIPE_FRONTEND).train()
+    with pytest.raises(ValueError, match=r"\(2, 100, 1\) in a training step; it takes mono \(B, T_samples\)"):
         fe(torch.zeros(2, 100, 1), torch.tensor([100, 100]))
+    with pytest.raises(ValueError, match=r"\(2, 100, 1, 1\); it takes mono"):
+        fe.eval()(torch.zeros(2, 100, 1, 1), torch.tensor([100, 100]))
+    fe.train()
     speech = torch.randn(2, 16000, requires_grad=True)
     feats, _ = fe(speech, torch.tensor([16000, 15000]))
     feats.sum().backward()
@@ -278,4 +281,33 @@ def test_gradients_flow_and_shapes_are_checked():
 )
 def test_bad_frontend_conf_fails_clearly(kwargs, match):
     with pytest.raises((TypeError, ValueError), match=match):
-        DynResFrontend(**kwargs)
+        DynResFrontend(**RECIPE_FRONTEND, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [{}, {"n_fft": 512, "hop_length": 160}, {"win_length": 256}, {"n_mels": 40, "fmin": 50}, {"fs": "8k", "n_fft": 256},
+     {"hop_length": 80, "window": "hamming"}],
+)
+def test_omitted_keys_take_default_frontends_defaults(real_batch, conf):
+    """Any subset of the shared keys gives DefaultFrontend's features: same defaults for every omitted key."""
+    _wavs, speech, lengths = real_batch
+    fe = DynResFrontend(**conf).eval()
+    ref = DefaultFrontend(**conf, frontend_conf=None).eval()
+    assert (fe.n_fft, fe.win_length, fe.hop_length) == (ref.stft.n_fft, ref.stft.win_length, ref.stft.hop_length)
+    out, out_lengths = fe(speech, lengths)
+    ref_out, ref_lengths = ref(speech, lengths)
+    assert torch.equal(out_lengths, ref_lengths)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-5)
+
+
+def test_multichannel_input_uses_default_frontends_channel_in_eval_and_is_refused_in_training(real_batch):
+    _wavs, speech, lengths = real_batch
+    stereo = torch.stack([speech, 0.5 * speech.flip(1)], dim=-1)  # (B, T_samples, 2)
+    fe, ref = DynResFrontend(**RECIPE_FRONTEND).eval(), default_frontend().eval()
+    out, out_lengths = fe(stereo, lengths)
+    ref_out, ref_lengths = ref(stereo, lengths)  # DefaultFrontend: channel 0 in eval
+    assert torch.equal(out_lengths, ref_lengths)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\(6, \d+, 2\) in a training step.*Down-mix or pick one channel"):
+        DynResFrontend(**RECIPE_FRONTEND).train()(stereo, lengths)

@@ -10,7 +10,7 @@ import torch
 
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
-from factory import pad_batch, real_utterances
+from factory import RECIPE_FRONTEND, pad_batch, real_utterances
 
 # Tolerance: the frontend must run the identical float32 computation under autocast, so
 # the only allowed difference is float32 round-off from kernel choice (none seen on CPU).
@@ -31,7 +31,7 @@ def batch():
 @pytest.mark.parametrize("training", [True, False])
 def test_features_under_autocast_equal_float32(batch, method, dtype, training):
     speech, lengths = batch
-    frontend = DynResFrontend(method=method).train(training)
+    frontend = DynResFrontend(method=method, **RECIPE_FRONTEND).train(training)
     ref, ref_lengths = frontend(speech, lengths)
     with torch.autocast("cpu", dtype=dtype):
         out, out_lengths = frontend(speech, lengths)
@@ -45,7 +45,7 @@ def test_features_under_autocast_equal_float32(batch, method, dtype, training):
 def test_half_precision_speech_gives_float32_features(batch):
     """Speech handed over in float16 (e.g. a half-precision loader) is analysed in float32."""
     speech, lengths = batch
-    frontend = DynResFrontend().train()
+    frontend = DynResFrontend(**RECIPE_FRONTEND).train()
     out, _ = frontend(speech.half(), lengths)
     ref, _ = frontend(speech.half().float(), lengths)
     assert out.dtype == torch.float32
@@ -55,6 +55,6 @@ def test_half_precision_speech_gives_float32_features(batch):
 def test_autocast_is_restored_after_forward(batch):
     speech, lengths = batch
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        DynResFrontend().train()(speech, lengths)
+        DynResFrontend(**RECIPE_FRONTEND).train()(speech, lengths)
         assert torch.is_autocast_enabled("cpu")
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16

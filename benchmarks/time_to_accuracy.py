@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""Time to accuracy: train arms side by side through the recipe, report when each reaches a target.
+
+Every arm is an ESPnet training config (plus optional extra ``--asr_args``) trained by the
+recipe's own stage 11 (``egs2/fsdd_digits/asr1/run.sh``) on data the recipe's stages 1–10
+prepared; arms and seeds run side by side (``--parallel``, ``--threads`` each), so their
+wall-clock figures are measured under the same machine load.  Then, per arm and seed:
+
+* per epoch: wall-clock since the training started (``train.log`` time stamps, validation
+  included), steps, encoder input frames per epoch (the audit CLI's ``total_frames`` for the
+  arm's ``batch_type``/``batch_bins``/frame-rate settings, padding included), and the valid
+  figures of that epoch's checkpoint computed the same way for every model
+  (``benchmarks/valid_metrics.py``: token-weighted attention accuracy, CTC greedy token error
+  rate) — ESPnet's logged valid figures are weighted by the model's batch weight and are not
+  comparable across ``model: espnet`` and ``model: token_normalized``;
+* the wall-clock and steps at which the arm first reaches the target: by default the reference
+  arm's best valid CTC error rate in the same seed (``--target_arm``, ``--metric``);
+* the test WER of its ``valid.acc.ave.pth`` decoded with the recipe's inference config
+  (stages 12–13).
+
+Usage (CPU, the recipe's data in ``--datadir``/``--dumpdir``/``--expdir``, stats from stage 10)::
+
+    python benchmarks/time_to_accuracy.py --recipe_dir egs2/fsdd_digits/asr1 \\
+        --datadir data --dumpdir dump --expdir exp --out_dir tta \\
+        --arm numel=conf/train_asr_conformer_numel_cpu.yaml \\
+        --arm dynres=conf/train_asr_conformer_dynres_cpu.yaml \\
+        --seeds 0 1 --parallel 2 --threads 1
+
+``--ngpu 1 --parallel 1`` runs the same on a GPU (``benchmarks/run_gpu_benchmark.sh --mode
+time_to_accuracy``).  An arm whose experiment directory already holds every epoch's results is
+not trained again (``--retrain`` forces it).  Outputs in ``--out_dir``: ``time_to_accuracy.json``,
+``time_to_accuracy.md`` and ``time_to_accuracy.png`` (valid CTC error rate and attention accuracy
+against wall-clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+METRICS = {"ter_ctc_token": "min", "acc_token": "max"}
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def arm_tag(args, arm: str, seed: int) -> str:
+    """Experiment tag of an arm and seed: ``<expdir>/asr_<tag_prefix><arm>_s<seed>``."""
+    return f"{args.tag_prefix}{arm}_s{seed}"
+
+
+def finished_epochs(exp_dir: Path) -> int:
+    log = exp_dir / "train.log"
+    if not log.exists():
+        return 0
+    return sum("epoch results:" in line for line in log.read_text(errors="replace").splitlines())
+
+
+def copy_epoch_checkpoints(exp_dir: Path, stop: threading.Event, poll_sec: float = 2.0) -> None:
+    """Copy each ``<N>epoch.pth`` to ``exp_dir/epochs/`` before ESPnet's ``keep_nbest_models`` prunes it."""
+    out = exp_dir / "epochs"
+    while True:
+        out.mkdir(parents=True, exist_ok=True)
+        for f in exp_dir.glob("*epoch.pth"):
+            if not (out / f.name).exists():
+                try:
+                    shutil.copy2(f, out / f.name)
+                except FileNotFoundError:  # pruned between glob and copy: nothing to keep
+                    pass
+        if stop.is_set():
+            return
+        stop.wait(poll_sec)
+
+
+def run_recipe(args, tag: str, stages: str, extra: List[str], log: Path) -> None:
+    """``run.sh --stage a --stop_stage b`` of the recipe for one experiment tag; raises on failure."""
+    a, b = stages.split("-")
+    cmd = ["bash", "run.sh", "--stage", a, "--stop_stage", b, "--ngpu", str(args.ngpu), "--num_train",
+           str(args.num_train), "--datadir", str(args.datadir), "--dumpdir", str(args.dumpdir), "--expdir",
+           str(args.expdir), "--asr_tag", tag, "--python", sys.executable] + extra
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    with open(log, "w") as fh:
+        proc = subprocess.run(cmd, cwd=args.recipe_dir, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}); see {log}")
+
+
+def train_arm(args, arm: str, config: Path, seed: int) -> None:
+    tag = arm_tag(args, arm, seed)
+    exp_dir = args.expdir / f"asr_{tag}"
+    if not args.retrain and finished_epochs(exp_dir) >= args.max_epoch:
+        print(f"[{tag}] {finished_epochs(exp_dir)} epochs already in {exp_dir}: not trained again", flush=True)
+        return
+    if exp_dir.exists():
+        shutil.rmtree(exp_dir)
+    exp_dir.mkdir(parents=True)
+    stop = threading.Event()
+    copier = threading.Thread(target=copy_epoch_checkpoints, args=(exp_dir, stop), daemon=True)
+    copier.start()
+    asr_args = f"--seed {seed} --max_epoch {args.max_epoch} {args.asr_args}".strip()
+    print(f"[{tag}] training {config} ({asr_args})", flush=True)
+    try:
+        run_recipe(args, tag, "11-11", ["--asr_config", str(config.resolve()), "--asr_args", asr_args],
+                   args.out_dir / f"{tag}.train.out")
+    finally:
+        stop.set()
+        copier.join()
+
+
+def decode_arm(args, arm: str, seed: int) -> Optional[dict]:
+    """Stages 12–13 with ``--inference_config``; the test WER line of ESPnet's score."""
+    tag = arm_tag(args, arm, seed)
+    run_recipe(args, tag, "12-13", ["--inference_config", str(args.inference_config.resolve())],
+               args.out_dir / f"{tag}.decode.out")
+    return parse_wer(score_dir(args, tag))
+
+
+def score_dir(args, tag: str) -> Path:
+    return args.expdir / f"asr_{tag}" / f"decode_{args.inference_config.stem}_valid.acc.ave" / "test" / "score"
+
+
+def parse_wer(score_dir: Path) -> Optional[dict]:
+    """Test WER and its S/D/I from the recipe's ``score/result.json`` (stage 13), or None if absent."""
+    result = score_dir / "result.json"
+    if not result.exists():
+        return None
+    r = json.loads(result.read_text())
+    return {"wer": r["wer"], "S": r["wer_sub"], "D": r["wer_del"], "I": r["wer_ins"], "N": r["wer_ref_words"]}
+
+
+def encoder_frames_per_epoch(args, config: Path) -> Dict[str, float]:
+    """The audit CLI's figures for the arm's sampler settings on the training shape files."""
+    conf = yaml.safe_load(config.read_text())
+    for extra in args.asr_args.split("--")[1:]:  # "--batch_bins 5760" style overrides
+        key, _, value = extra.strip().partition(" ")
+        if key in ("batch_type", "batch_bins"):
+            conf[key] = yaml.safe_load(value)
+    stats = args.expdir / args.stats_dir / "train"
+    cmd = [sys.executable, "-m", "espnet_dynres.bin.audit_batches", "--batch_type", conf.get("batch_type", "folded"),
+           "--speech_shape", str(stats / "speech_shape"), "--text_shape", str(stats / f"text_shape.{args.token_type}"),
+           "--json", "-"]
+    if "batch_bins" in conf:
+        cmd += ["--batch_bins", str(conf["batch_bins"])]
+    if conf.get("batch_type") == "dynres":
+        fc = conf.get("frontend_conf") or {}
+        for key in ("hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz",
+                    "target_frame_rate_hz"):
+            if fc.get(key) is not None:
+                cmd += [f"--{key}", str(fc[key])]
+        from espnet_dynres.frame_rate_policy import parse_fs
+
+        cmd += ["--fs", str(parse_fs(args.fs)), "--seed", "0", "--ctc_input_layer", (conf.get("encoder_conf") or {}).get("input_layer", "conv2d")]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    summary = json.loads(out[out.index("{"):])
+    return {"batches": summary["num_batches"], "frames": summary["total_frames"] + summary.get("padded_frames", 0)}
+
+
+def first_reaching(values: List[float], target: float, mode: str) -> Optional[int]:
+    """Index of the first value at or beyond ``target`` (``mode`` "min": <=, "max": >=), else None."""
+    for i, v in enumerate(values):
+        if v == v and (v <= target if mode == "min" else v >= target):
+            return i
+    return None
+
+
+def report(args, arms: Dict[str, Path]) -> dict:
+    tc = _load("training_curves")
+    vm = _load("valid_metrics")
+    mode = METRICS[args.metric]
+    results: dict = {"metric": args.metric, "target_arm": args.target_arm, "arms": {}}
+    for arm, config in arms.items():
+        frames = encoder_frames_per_epoch(args, config)
+        for seed in args.seeds:
+            tag = arm_tag(args, arm, seed)
+            exp_dir = args.expdir / f"asr_{tag}"
+            run = tc.read_run(tag, exp_dir)
+            rows = []
+            for i, epoch in enumerate(run.epochs):
+                ckpt = exp_dir / "epochs" / f"{epoch}epoch.pth"
+                valid = vm.evaluate(ckpt, args.valid_dir, exp_dir / "config.yaml") if ckpt.exists() else {}
+                rows.append({"epoch": epoch, "wall_sec": run.wall_seconds[i], "train_sec": run.cumulative_seconds[i],
+                             "steps": run.steps[i], "encoder_input_frames": frames["frames"] * epoch, **valid})
+                print(f"[{tag}] epoch {epoch}: {rows[-1]}", flush=True)
+            results["arms"].setdefault(arm, {})[seed] = {"epochs": rows, "test": parse_wer(score_dir(args, tag)),
+                                                         "batches_per_epoch": frames["batches"]}
+    return add_targets(results, list(arms), args.seeds)
+
+
+def add_targets(results: dict, arms: List[str], seeds: List[int]) -> dict:
+    """Per seed: the target arm's best valid figure, and where every arm first reaches it.
+
+    Adds ``target`` and ``reached`` (``None``, or the epoch, wall-clock seconds, steps and the
+    ratio of its wall-clock to the target arm's own first time at that figure) to each
+    ``results["arms"][arm][seed]``.
+    """
+    metric, mode = results["metric"], METRICS[results["metric"]]
+    for seed in seeds:
+        ref = results["arms"][results["target_arm"]][seed]["epochs"]
+        values = [r.get(metric, float("nan")) for r in ref]
+        known = [v for v in values if v == v]
+        if not known:
+            raise ValueError(f"arm {results['target_arm']!r} seed {seed}: no valid {metric} (no epoch checkpoints?)")
+        target = min(known) if mode == "min" else max(known)
+        ref_row = ref[first_reaching(values, target, mode)]
+        for arm in arms:
+            entry = results["arms"][arm][seed]
+            rows = entry["epochs"]
+            i = first_reaching([r.get(metric, float("nan")) for r in rows], target, mode)
+            entry["target"] = target
+            entry["reached"] = None if i is None else {
+                "epoch": rows[i]["epoch"], "wall_sec": rows[i]["wall_sec"], "steps": rows[i]["steps"],
+                "wall_ratio_to_target_arm": rows[i]["wall_sec"] / ref_row["wall_sec"],
+            }
+    return results
+
+
+def markdown(results: dict) -> str:
+    lines = [f"Target: the best valid `{results['metric']}` of `{results['target_arm']}` in the same seed.", "",
+             "| arm | seed | target | reached at epoch | wall-clock s | steps | × target arm's time | test WER % (S/D/I) "
+             "| wall-clock s, last epoch | encoder input frames / epoch |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for arm, seeds in results["arms"].items():
+        for seed, e in seeds.items():
+            r, t, last = e.get("reached"), e.get("test") or {}, e["epochs"][-1]
+            reached = ("not reached", "—", "—", "—") if r is None else (
+                str(r["epoch"]), f"{r['wall_sec']:.0f}", str(r["steps"]), f"{r['wall_ratio_to_target_arm']:.2f}")
+            wer = f"{t['wer']:.2f} ({t.get('S', '?')}/{t.get('D', '?')}/{t.get('I', '?')})" if "wer" in t else "—"
+            frames = last.get("encoder_input_frames")
+            frames_per_epoch = "—" if frames is None else f"{frames / last['epoch']:,.0f}"
+            lines.append(f"| {arm} | {seed} | {e['target']:.3f} | {' | '.join(reached)} | {wer} "
+                         f"| {last['wall_sec']:.0f} | {frames_per_epoch} |")
+    lines += ["", "| arm | seed | epoch | wall-clock s | steps | valid acc (all targets) | valid CTC WER |",
+              "|---|---|---|---|---|---|---|"]
+    for arm, seeds in results["arms"].items():
+        for seed, e in seeds.items():
+            for r in e["epochs"]:
+                lines.append(f"| {arm} | {seed} | {r['epoch']} | {r['wall_sec']:.0f} | {r['steps']} "
+                             f"| {r.get('acc_token', float('nan')):.3f} | {r.get('ter_ctc_token', float('nan')):.3f} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (arm, seeds) in enumerate(results["arms"].items()):
+        for j, (seed, e) in enumerate(seeds.items()):
+            minutes = [r["wall_sec"] / 60 for r in e["epochs"]]
+            style = "-o" if j == 0 else "--s"
+            label = arm if j == 0 else None
+            axes[0].plot(minutes, [r.get("ter_ctc_token", float("nan")) for r in e["epochs"]], style,
+                         color=colours[k % len(colours)], label=label, ms=4)
+            axes[1].plot(minutes, [r.get("acc_token", float("nan")) for r in e["epochs"]], style,
+                         color=colours[k % len(colours)], label=label, ms=4)
+    axes[0].set_ylabel("valid CTC greedy WER")
+    axes[0].set_yscale("log")
+    axes[1].set_ylabel("valid attention accuracy (all targets)")
+    for ax in axes:
+        ax.set_xlabel("wall-clock since training start (min, validation included)")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=8)
+    fig.suptitle("time to accuracy (solid: first seed, dashed: second)", fontsize=10)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe_dir", type=Path, default=HERE.parent / "egs2" / "fsdd_digits" / "asr1")
+    p.add_argument("--datadir", type=Path, required=True, help="the recipe's --datadir (stages 1-5 done)")
+    p.add_argument("--dumpdir", type=Path, required=True, help="the recipe's --dumpdir")
+    p.add_argument("--expdir", type=Path, required=True, help="the recipe's --expdir (stage 10 stats in it)")
+    p.add_argument("--out_dir", type=Path, required=True)
+    p.add_argument("--arm", action="append", required=True, help="name=train_config.yaml (repeatable)")
+    p.add_argument("--target_arm", default=None, help="reference arm (default: the first)")
+    p.add_argument("--metric", default="ter_ctc_token", choices=sorted(METRICS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--max_epoch", type=int, default=5)
+    p.add_argument("--asr_args", default="", help="extra training arguments for every arm")
+    p.add_argument("--parallel", type=int, default=2, help="trainings at once")
+    p.add_argument("--threads", type=int, default=1, help="OMP threads per training")
+    p.add_argument("--ngpu", type=int, default=0)
+    p.add_argument("--num_train", type=int, default=3000)
+    p.add_argument("--fs", default="16k")
+    p.add_argument("--token_type", default="word")
+    p.add_argument("--stats_dir", default="asr_stats_raw_word")
+    p.add_argument("--inference_config", type=Path, default=None,
+                   help="default: <recipe_dir>/conf/decode_asr_ctc_greedy.yaml")
+    p.add_argument("--valid_dir", type=Path, default=None, help="default: <dumpdir>/raw/dev")
+    p.add_argument("--tag_prefix", default="tta_", help="experiment dirs are <expdir>/asr_<prefix><arm>_s<seed>")
+    p.add_argument("--retrain", action="store_true")
+    p.add_argument("--skip_decode", action="store_true")
+    return p
+
+
+def main(argv=None) -> int:
+    args = get_parser().parse_args(argv)
+    arms: Dict[str, Path] = {}
+    for spec in args.arm:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not Path(path).is_file():
+            raise SystemExit(f"--arm needs name=existing_config.yaml, got {spec!r}")
+        arms[name] = Path(path)
+    args.target_arm = args.target_arm or next(iter(arms))
+    if args.target_arm not in arms:
+        raise SystemExit(f"--target_arm {args.target_arm!r} is not one of the arms {list(arms)}")
+    for name in ("datadir", "dumpdir", "expdir", "out_dir"):
+        setattr(args, name, getattr(args, name).resolve())
+    args.recipe_dir = args.recipe_dir.resolve()
+    args.inference_config = (args.inference_config or args.recipe_dir / "conf" / "decode_asr_ctc_greedy.yaml").resolve()
+    args.valid_dir = (args.valid_dir or args.dumpdir / "raw" / "dev").resolve()
+    if not (args.expdir / args.stats_dir / "train" / "feats_stats.npz").exists():
+        raise SystemExit(f"no {args.expdir / args.stats_dir}/train/feats_stats.npz: run the recipe's stages 1-10 first")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [(arm, cfg, seed) for seed in args.seeds for arm, cfg in arms.items()]
+    start = time.time()
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        for f in [pool.submit(train_arm, args, *job) for job in jobs]:
+            f.result()
+    print(f"training done in {time.time() - start:.0f} s", flush=True)
+    if not args.skip_decode:
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            for f in [pool.submit(decode_arm, args, arm, seed) for arm, _, seed in jobs]:
+                f.result()
+    results = report(args, arms)
+    (args.out_dir / "time_to_accuracy.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    (args.out_dir / "time_to_accuracy.md").write_text(table + "\n")
+    plot(results, args.out_dir / "time_to_accuracy.png")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

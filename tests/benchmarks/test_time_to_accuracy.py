@@ -1,0 +1,112 @@
+"""benchmarks/time_to_accuracy.py: the target logic on synthetic curves, and one real run through the recipe."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from factory import RECIPE_DIR, REPO_ROOT
+
+SCRIPT = REPO_ROOT / "benchmarks" / "time_to_accuracy.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("time_to_accuracy", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def curve(wers, secs):
+    return {"epochs": [{"epoch": i + 1, "wall_sec": s, "steps": 10 * (i + 1), "ter_ctc_token": w}
+                       for i, (w, s) in enumerate(zip(wers, secs))]}
+
+
+def test_target_is_the_reference_arms_best_and_each_arm_its_first_epoch_there():
+    tta = load()
+    results = {"metric": "ter_ctc_token", "target_arm": "numel", "arms": {
+        "numel": {0: curve([0.5, 0.1, 0.05, 0.07], [100, 200, 300, 400])},
+        "fast": {0: curve([0.4, 0.05, 0.2, 0.01], [80, 160, 240, 320])},
+        "slow": {0: curve([0.9, 0.3, 0.2, 0.06], [90, 180, 270, 360])},
+    }}
+    out = tta.add_targets(results, ["numel", "fast", "slow"], [0])
+    assert out["arms"]["numel"][0]["target"] == 0.05
+    assert out["arms"]["numel"][0]["reached"]["epoch"] == 3  # its own best, first reached at epoch 3
+    fast = out["arms"]["fast"][0]["reached"]
+    assert (fast["epoch"], fast["steps"]) == (2, 20) and fast["wall_ratio_to_target_arm"] == pytest.approx(160 / 300)
+    assert out["arms"]["slow"][0]["reached"] is None  # 0.06 never reaches 0.05
+    table = tta.markdown(out)
+    assert "| slow | 0 | 0.050 | not reached |" in table and "| fast | 0 | 0.050 | 2 | 160 | 20 | 0.53 |" in table
+
+
+def test_accuracy_metric_targets_the_maximum():
+    tta = load()
+    assert tta.first_reaching([0.1, 0.3, 0.29, 0.5], 0.3, "max") == 1
+    assert tta.first_reaching([float("nan"), 0.2], 0.2, "min") == 1
+
+
+def test_two_arms_through_the_recipe_end_to_end(tmp_path):
+    """Stages 1-10 on a small subset, then the benchmark trains a dynres and a numel arm (1 epoch each),
+    decodes them and writes the table, JSON and PNG."""
+    common = ["--num_train", "24", "--num_dev", "6", "--num_test", "4", "--datadir", str(tmp_path / "data"),
+              "--dumpdir", str(tmp_path / "dump"), "--expdir", str(tmp_path / "exp")]
+    prep = subprocess.run(["bash", str(RECIPE_DIR / "run.sh"), "--stage", "1", "--stop_stage", "10",
+                           "--asr_config", "conf/train_asr_conformer_dynres_ci.yaml"] + common,
+                          capture_output=True, text=True, timeout=900)
+    assert prep.returncode == 0, (prep.stdout + prep.stderr)[-3000:]
+    dynres = RECIPE_DIR / "conf" / "train_asr_conformer_dynres_ci.yaml"
+    conf = yaml.safe_load(dynres.read_text())
+    conf.update(batch_type="numel", batch_bins=400000, frontend="default", specaug="specaug", model="espnet")
+    conf["frontend_conf"] = {k: conf["frontend_conf"][k] for k in ("n_fft", "win_length", "hop_length", "n_mels")}
+    numel = tmp_path / "numel.yaml"
+    numel.write_text(yaml.safe_dump(conf))
+    out = subprocess.run([sys.executable, str(SCRIPT), "--recipe_dir", str(RECIPE_DIR), "--datadir", str(tmp_path / "data"),
+                          "--dumpdir", str(tmp_path / "dump"), "--expdir", str(tmp_path / "exp"),
+                          "--out_dir", str(tmp_path / "tta"), "--arm", f"numel={numel}", "--arm", f"dynres={dynres}",
+                          "--seeds", "0", "--max_epoch", "1", "--num_train", "24", "--parallel", "2",
+                          "--inference_config", str(RECIPE_DIR / "conf" / "decode_asr_ctc_greedy.yaml")],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    results = json.loads((tmp_path / "tta" / "time_to_accuracy.json").read_text())
+    for arm in ("numel", "dynres"):
+        entry = results["arms"][arm]["0"]
+        row = entry["epochs"][0]
+        assert row["epoch"] == 1 and row["steps"] > 0 and row["wall_sec"] > 0 and row["encoder_input_frames"] > 0
+        assert 0.0 <= row["acc_token"] <= 1.0 and row["ter_ctc_token"] >= 0.0
+        assert entry["test"]["N"] > 0 and entry["test"]["wer"] >= 0.0  # decoded and scored
+        assert (tmp_path / "exp" / f"asr_tta_{arm}_s0" / "epochs" / "1epoch.pth").exists()
+    assert results["arms"]["numel"]["0"]["reached"]["epoch"] == 1  # the reference reaches its own best
+    assert (tmp_path / "tta" / "time_to_accuracy.png").stat().st_size > 0
+    assert "| dynres | 0 |" in (tmp_path / "tta" / "time_to_accuracy.md").read_text()
+
+    # benchmarks/step_profile.py on the two configs the trainings wrote.
+    profile = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "step_profile.py"),
+                              "--arm", f"numel={tmp_path / 'exp' / 'asr_tta_numel_s0' / 'config.yaml'}",
+                              "--arm", f"dynres={tmp_path / 'exp' / 'asr_tta_dynres_s0' / 'config.yaml'}",
+                              "--steps", "2", "--warmup", "1", "--json", str(tmp_path / "profile.json")],
+                             capture_output=True, text=True, timeout=600)
+    assert profile.returncode == 0, profile.stderr[-3000:]
+    prof = json.loads((tmp_path / "profile.json").read_text())
+    for arm in ("numel", "dynres"):
+        phases = prof[arm]
+        assert phases["encoder"] > 0 and phases["backward"] > 0 and phases["frontend"] > 0
+        assert phases["total"] == pytest.approx(sum(v for k, v in phases.items()
+                                                    if k not in ("total", "audio_sec_per_step", "steps")))
+        assert phases["audio_sec_per_step"] > 0
+
+
+def test_gpu_script_time_to_accuracy_mode_dry_run(tmp_path):
+    """benchmarks/run_gpu_benchmark.sh --mode time_to_accuracy: the GPU command's code paths on CPU, tiny sizes."""
+    script = REPO_ROOT / "benchmarks" / "run_gpu_benchmark.sh"
+    env = dict(__import__("os").environ, OUT=str(tmp_path / "out"), TMPDIR=str(tmp_path))
+    out = subprocess.run(["bash", str(script), "--mode", "time_to_accuracy", "--device", "cpu", "--dry_run"],
+                         capture_output=True, text=True, timeout=900, env=env)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    results = json.loads((tmp_path / "out" / "time_to_accuracy.json").read_text())
+    assert results["arms"]["dynres"]["0"]["test"]["N"] > 0
+    bad = subprocess.run(["bash", str(script), "--mode", "bogus"], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "unknown --mode bogus" in bad.stderr
