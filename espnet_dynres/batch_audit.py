@@ -370,6 +370,8 @@ def build_batches(
     max_batch_size: Optional[int] = None,
     seed: int = 0,
     utt2min_frames: Optional[Dict[str, int]] = None,
+    oversized: str = "warn",
+    shuffle_jitter: float = 0.5,
 ) -> SamplerBatches:
     """Build a sampler and draw the batches of epochs 1 and 2.
 
@@ -422,6 +424,8 @@ def build_batches(
             utt2min_frames=utt2min_frames,
             seed=seed,
             shuffle=True,
+            oversized=oversized,
+            shuffle_jitter=shuffle_jitter,
         )
         accepted = inspect.signature(DynResBatchSampler.__init__).parameters
         if max_batch_size is not None and "max_batch_size" not in accepted:

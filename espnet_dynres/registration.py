@@ -11,6 +11,8 @@ ESPnet switch      name                    what it is
 ``batch_type``     ``dynres``              :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
 =================  ======================  ==============================================
 
+adds the dynres sampler's options to ESPnet's parser (``--oversized``,
+``--shuffle_jitter``: :data:`SAMPLER_ARGUMENTS`, refused with another batch type),
 and wraps two ESPnet methods.  Their checks run only when one of the
 plugin's switches is on (:func:`espnet_dynres.input_checks.plugin_switches_on`):
 a stock configuration goes straight to ESPnet's code.  ``ASRTask.build_model`` first checks every
@@ -67,6 +69,54 @@ BATCH_TYPE_DOCS = {
 
 _ORIGINAL_BUILD_SEQUENCE_ITER_FACTORY = AbsTask.build_sequence_iter_factory.__func__
 _ORIGINAL_BUILD_MODEL = espnet_asr.ASRTask.build_model.__func__
+_ORIGINAL_ADD_TASK_ARGUMENTS = espnet_asr.ASRTask.add_task_arguments.__func__
+
+# Options of the dynres sampler that ESPnet has no argument for; YAML keys = argument names.
+SAMPLER_ARGUMENTS = {
+    "oversized": dict(
+        type=str, default=None, choices=["warn", "error"],
+        help="batch_type dynres: an utterance over batch_bins even at fallback_frame_rate_hz gets a batch of its "
+             "own and a warning naming it (warn, the default) or stops training (error)",
+    ),
+    "shuffle_jitter": dict(
+        type=float, default=None,
+        help="batch_type dynres: width of the per-epoch random perturbation of log-duration, as a fraction of "
+             "log(max_frame_rate_hz / min_frame_rate_hz) (default 0.5; 0 = sorted, the same batches every epoch)",
+    ),
+}
+
+
+def add_task_arguments(cls, parser: argparse.ArgumentParser) -> None:
+    """ESPnet's ASR task arguments plus the dynres sampler's (:data:`SAMPLER_ARGUMENTS`)."""
+    _ORIGINAL_ADD_TASK_ARGUMENTS(cls, parser)
+    group = parser.add_argument_group("espnet_dynres: batch_type dynres")
+    for name, options in SAMPLER_ARGUMENTS.items():
+        group.add_argument(f"--{name}", **options)
+
+
+def check_sampler_arguments(args: argparse.Namespace) -> None:
+    """Refuse options that the chosen iterator would silently ignore.
+
+    Raises:
+        ValueError: a :data:`SAMPLER_ARGUMENTS` option set without ``batch_type``
+            or ``valid_batch_type`` ``dynres``; ``batch_type: dynres`` with an
+            ``iterator_type`` other than ``sequence`` (only ESPnet's sequence
+            iterator uses a batch sampler).
+    """
+    dynres = "dynres" in (getattr(args, "batch_type", None), getattr(args, "valid_batch_type", None))
+    for name in SAMPLER_ARGUMENTS:
+        if getattr(args, name, None) is not None and not dynres:
+            raise ValueError(
+                f"{name}: {getattr(args, name)} applies to batch_type dynres only, but batch_type is "
+                f"{getattr(args, 'batch_type', None)!r}; remove {name} or set batch_type: dynres."
+            )
+    for key in ("iterator_type", "valid_iterator_type"):
+        kind = getattr(args, key, None)
+        if dynres and kind not in (None, "sequence"):
+            raise ValueError(
+                f"batch_type dynres needs {key}: sequence (ESPnet's {kind!r} iterator does not use a batch "
+                f"sampler, so the dynres plan would be ignored); got {key}: {kind}."
+            )
 
 
 def policy_from_args(args: argparse.Namespace) -> FrameRatePolicy:
@@ -155,6 +205,7 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
         ValueError: ``shuffle_within_batch: true`` (it would break the plan), a
             frontend other than ``dynres``, or audio at another sampling rate.
     """
+    check_sampler_arguments(args)  # passes trivially for a stock configuration (the options are unset)
     if input_checks.plugin_switches_on(args):  # a stock configuration runs exactly as ESPnet's own
         check_sampling_rate(args, iter_options)
         input_checks.check_training_data(args, iter_options)
@@ -176,17 +227,20 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
     distributed = iter_options.distributed
     world_size = torch.distributed.get_world_size() if distributed else 1
     rank = torch.distributed.get_rank() if distributed else 0
+    optional = {name: getattr(args, name) for name in SAMPLER_ARGUMENTS if getattr(args, name, None) is not None}
     sampler = DynResBatchSampler(
         batch_bins=iter_options.batch_bins,
         shape_files=iter_options.shape_files,
         policy=policy_from_args(args),
         min_batch_size=world_size if distributed else args.min_batch_size,
+        max_batch_size=getattr(args, "max_batch_size", None),
         sort_in_batch=args.sort_in_batch,
         sort_batch=args.sort_batch,
         drop_last=args.drop_last_iter,
         utt2min_frames=ctc_min_frames(cls, args, iter_options),
         seed=args.seed,
         shuffle=iter_options.train,
+        **optional,
     )
     sizes = [len(b) for b in sampler.batches_for_epoch(1)]
     logging.info(f"[{mode}] Batch sampler: {sampler}")
@@ -210,6 +264,17 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
     )
 
 
+_CHECKED_BUILD_MODEL = input_checks.with_conf_key_check(_ORIGINAL_BUILD_MODEL)
+
+
+def build_model(cls, args: argparse.Namespace):
+    """ESPnet's ``build_model`` after :func:`check_sampler_arguments` and, when a plugin switch is
+    on, the conf-key and grad_clip checks (:func:`espnet_dynres.input_checks.with_conf_key_check`).
+    Training builds the model before its iterators, so option conflicts stop it before any data is read."""
+    check_sampler_arguments(args)
+    return _CHECKED_BUILD_MODEL(cls, args)
+
+
 _registered = False
 
 
@@ -223,5 +288,6 @@ def register() -> None:
     espnet_asr.model_choices.classes.update(MODELS)
     BATCH_TYPES.update(BATCH_TYPE_DOCS)
     espnet_asr.ASRTask.build_sequence_iter_factory = classmethod(build_sequence_iter_factory)
-    espnet_asr.ASRTask.build_model = classmethod(input_checks.with_conf_key_check(_ORIGINAL_BUILD_MODEL))
+    espnet_asr.ASRTask.build_model = classmethod(build_model)
+    espnet_asr.ASRTask.add_task_arguments = classmethod(add_task_arguments)
     _registered = True

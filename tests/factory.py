@@ -168,3 +168,22 @@ def deterministic_model_overrides(**model_conf) -> dict:
         model="token_normalized",
         model_conf=dict(model_conf),
     )
+
+
+def task_args(data_dir: Path, *argv: str, output_dir: str = "/tmp/unused") -> argparse.Namespace:
+    """ESPnet's parsed ASR arguments for ``data_dir`` (from :func:`write_data_dir`) as train and
+    valid set, the recipe's dynres switches and frontend settings, then ``argv`` (later wins)."""
+    from espnet2.tasks.asr import ASRTask
+
+    d = str(data_dir)
+    data = []
+    for split in ("train", "valid"):
+        data += [f"--{split}_data_path_and_name_and_type", f"{d}/wav.scp,speech,sound",
+                 f"--{split}_data_path_and_name_and_type", f"{d}/text,text,text",
+                 f"--{split}_shape_file", f"{d}/speech_shape", f"--{split}_shape_file", f"{d}/text_shape.word"]
+    conf = [f"--frontend_conf={k}={v}" for k, v in RECIPE_FRONTEND.items()]
+    return ASRTask.get_parser().parse_args(
+        data + ["--output_dir", output_dir, "--token_list", f"{d}/tokens.txt", "--token_type", "word",
+                "--use_preprocessor", "true", "--num_workers", "0", "--batch_type", "dynres", "--frontend", "dynres",
+                "--model", "token_normalized", "--grad_clip", "1"] + conf + list(argv)
+    )

@@ -64,6 +64,10 @@ def get_parser() -> argparse.ArgumentParser:
                    help="dynres: mean frame rate a batch aims at (default: the standard rate fs / hop_length)")
     g.add_argument("--max_batch_size", type=int, default=None, help="dynres: most utterances per batch")
     g.add_argument("--seed", type=int, default=0, help="dynres: seed of the per-epoch redraw")
+    g.add_argument("--oversized", default="warn", choices=["warn", "error"],
+                   help="dynres: an utterance over batch_bins alone is warned about or refused (training's --oversized)")
+    g.add_argument("--shuffle_jitter", type=float, default=0.5,
+                   help="dynres: per-epoch perturbation of log-duration (training's --shuffle_jitter)")
     g.add_argument("--ctc_input_layer", default=None,
                    help="dynres: apply the trainer's CTC safety for this encoder input_layer (e.g. conv2d), "
                         "with U = token count from --text_shape (repeats unknown: a lower bound)")
@@ -188,6 +192,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         max_batch_size=args.max_batch_size,
         seed=args.seed,
         utt2min_frames=utt2min_frames,
+        oversized=args.oversized,
+        shuffle_jitter=args.shuffle_jitter,
     )
     audit = audit_batches(
         table,

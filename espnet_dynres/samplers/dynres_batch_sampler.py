@@ -113,6 +113,12 @@ class DynResBatchSampler(AbsSampler):
     CTC minimum); if even that exceeds ``batch_bins``, ``oversized="warn"`` logs
     a warning naming it (once) and ``"error"`` raises.
 
+    **Validation** (``shuffle=False``): the frontend computes every utterance at
+    the standard rate, padded to the longest of its batch, so validation batches
+    are grouped by that cost instead: in length order, ``B × max(standard frame
+    count) <= batch_bins`` (``max_batch_size``, ``min_batch_size`` and
+    ``oversized`` as above); :meth:`frames_for_epoch` gives that padded count.
+
     **Output.**  :meth:`batches_for_epoch` gives the batches (utterance ids,
     in ``sort_in_batch`` order), in random order when ``shuffle`` (else by
     length, ``sort_batch``); :meth:`frames_for_epoch` the planned ``T`` per
@@ -319,6 +325,56 @@ class DynResBatchSampler(AbsSampler):
                 batches.append(current)
         return batches
 
+    def _group_padded(self, order: np.ndarray) -> List[List[int]]:
+        """Validation grouping by the cost the frontend really computes in eval mode: every
+        utterance at the standard rate, padded to the longest, so ``B × max(standard frames)
+        <= batch_bins`` (and ``max_batch_size``); ``min_batch_size`` as in :meth:`_group`."""
+        budget, max_bs, min_bs = self.batch_bins, self.max_batch_size or math.inf, self.min_batch_size
+        std_ = self._std
+        batches: List[List[int]] = []
+        current: List[int] = []
+        longest = 0
+        for i in order.tolist():
+            new_longest = longest if longest > std_[i] else std_[i]
+            if current and ((len(current) + 1) * new_longest <= budget and len(current) + 1 <= max_bs
+                            or len(current) < min_bs):
+                current.append(i)
+                longest = new_longest
+                continue
+            if current:
+                batches.append(current)
+            current, longest = [i], std_[i]
+        if current:
+            if batches and len(current) < min_bs:
+                prev = batches.pop()
+                merged = prev + current
+                if len(merged) >= 2 * min_bs:
+                    batches.extend([merged[: len(merged) - min_bs], merged[len(merged) - min_bs :]])
+                else:
+                    batches.append(merged)
+            else:
+                batches.append(current)
+        return batches
+
+    def _padded_frames(self, batch: List[int]) -> Tuple[int, Tuple[int, ...]]:
+        """Validation batch: ``(padded T = longest standard frame count, standard frames per utterance)``;
+        a lone utterance over the budget is named (``oversized``) as in :meth:`_frames`."""
+        counts = tuple(self._std[i] for i in batch)
+        t = max(counts)
+        if len(batch) == 1 and t > self.batch_bins:
+            i = batch[0]
+            key = self.keys[i]
+            message = (
+                f"validation utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {t} frames at the "
+                f"standard rate, more than valid_batch_bins={self.batch_bins}"
+            )
+            if self.oversized == "error":
+                raise ValueError(message + "; raise valid_batch_bins, split the recording, or set oversized: warn.")
+            if key not in self._warned:
+                self._warned.add(key)
+                logging.warning(message + "; it gets a batch of its own (raise valid_batch_bins or split the recording).")
+        return t, counts
+
     def _sort_members(self, groups: List[List[int]]) -> List[List[int]]:
         """Each group's members by length (ascending; ties by file order), in one numpy sort."""
         sizes = np.array([len(g) for g in groups], dtype=np.int64)
@@ -382,9 +438,13 @@ class DynResBatchSampler(AbsSampler):
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         if epoch in self._cache:
             return self._cache[epoch]
-        groups = self._sort_members(self._group(self._order(epoch)))
-        ranges = self._group_ranges(groups)
-        planned = [self._frames(g, epoch, lo, hi, std) for g, lo, hi, std in zip(groups, *ranges)]
+        if self.shuffle:
+            groups = self._sort_members(self._group(self._order(epoch)))
+            ranges = self._group_ranges(groups)
+            planned = [self._frames(g, epoch, lo, hi, std) for g, lo, hi, std in zip(groups, *ranges)]
+        else:  # validation: computed at the standard rate, padded to the longest (the frontend's eval mode)
+            groups = self._sort_members(self._group_padded(self._sorted))
+            planned = [self._padded_frames(g) for g in groups]
         if self.shuffle:
             perm = np.random.default_rng([self.seed, epoch, 1]).permutation(len(groups)).tolist()
         else:

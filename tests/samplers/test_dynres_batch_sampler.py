@@ -83,6 +83,21 @@ def test_validation_batches_are_fixed_and_sorted(tmp_path):
     assert longest == sorted(longest)
 
 
+def test_validation_batches_keep_the_budget_at_their_padded_standard_rate_cost(tmp_path):
+    # 400 lognormal durations (median 3 s), batch_bins 3000 (issue 13: 1.32x over before).
+    import numpy as np
+
+    durations = np.exp(np.random.default_rng(0).normal(np.log(3.0), 0.8, 400)).clip(0.2, 25.0).tolist()
+    sampler, utt2samples = build(tmp_path, durations, batch_bins=3000, shuffle=False)
+    batches = sampler.batches_for_epoch(1)
+    assert sorted(k for b in batches for k in b) == sorted(utt2samples)
+    for batch, padded in zip(batches, sampler.frames_for_epoch(1)):
+        std = [POLICY.standard_frame_count(utt2samples[k]) for k in batch]
+        assert padded == max(std)
+        assert len(batch) * padded <= 3000 or (len(batch) == 1 and padded > 3000)
+    assert max(len(b) for b in batches) > 1  # it does batch
+
+
 def test_max_batch_size(tmp_path):
     sampler, _ = build(tmp_path, [1.0] * 50, batch_bins=100000, max_batch_size=7)
     assert max(len(b) for b in sampler.batches_for_epoch(1)) == 7
