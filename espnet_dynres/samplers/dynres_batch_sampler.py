@@ -103,15 +103,19 @@ class DynResBatchSampler(AbsSampler):
     holds ``min_batch_size`` utterances (ESPnet passes the world size under
     DDP); the last ``< min_batch_size`` utterances of an epoch take utterances
     from the batch before so that both keep ``min_batch_size``.  Such forced
-    batches may break (a)/(b): they follow the policy's fallback rules
-    (:meth:`FrameRatePolicy.batch_frame_counts`), and with ``min_batch_size = W``
-    a forced batch has at most ``2W - 1`` utterances.
+    batches may break (a)/(b); with ``min_batch_size = W`` a forced batch has at
+    most ``2W - 1`` utterances.  Their frames (:meth:`_frames`): a common ``T``
+    down to ``fallback_frame_rate_hz`` if one exists, lowered toward
+    ``batch_bins / B`` (never below the fallback rate or a member's CTC
+    minimum); else each member at its own lowest frame count, padded to the
+    longest (``T`` ``None``: a *padded batch*, never at the standard rate).
 
     **Oversized utterances.**  An utterance whose ``T`` alone exceeds
     ``batch_bins`` gets a batch of its own, at the lowest frame count that
     reaches the budget (down to ``fallback_frame_rate_hz`` and never below its
-    CTC minimum); if even that exceeds ``batch_bins``, ``oversized="warn"`` logs
-    a warning naming it (once) and ``"error"`` raises.
+    CTC minimum).  If even that exceeds ``batch_bins`` (or, in a batch forced
+    to ``B`` utterances, ``batch_bins / B``), ``oversized="warn"`` logs a
+    warning naming it (once) and ``"error"`` raises.
 
     **Validation** (``shuffle=False``): the frontend computes every utterance at
     the standard rate, padded to the longest of its batch, so validation batches
@@ -122,7 +126,7 @@ class DynResBatchSampler(AbsSampler):
     **Output.**  :meth:`batches_for_epoch` gives the batches (utterance ids,
     in ``sort_in_batch`` order), in random order when ``shuffle`` (else by
     length, ``sort_batch``); :meth:`frames_for_epoch` the planned ``T`` per
-    batch (``None``: a fallback batch, computed at the standard rate and padded);
+    batch (``None``: a padded batch, each member at its own lowest frame count);
     :meth:`utt_frames_for_epoch` the planned frames per utterance, which the
     iterator hands to the ``dynres`` frontend so the frontend computes exactly
     the plan.  Every utterance is in exactly one batch of every epoch; the
@@ -213,6 +217,7 @@ class DynResBatchSampler(AbsSampler):
         lo, hi = policy.frame_count_ranges(samples)
         self._lo_arr, self._hi_arr, self._std_arr = lo, hi, 1 + samples // policy.hop_length
         self._lo, self._hi = lo.tolist(), hi.tolist()
+        self._fallback_lo = policy.frame_count_ranges(samples, policy.fallback_frame_rate_hz)[0].tolist()
         self._min = [
             min(int((utt2min_frames or {}).get(k, 1)), s) for k, s in zip(self.keys, self._std)
         ]
@@ -396,41 +401,67 @@ class DynResBatchSampler(AbsSampler):
         return lo.tolist(), hi.tolist(), std.tolist()
 
     def _frames(self, batch: List[int], epoch: int, lo: int, hi: int, total_std: int) -> Tuple[Optional[int], Tuple[int, ...]]:
-        """Planned ``T`` (``None`` = fallback) and frames per utterance of one batch.
+        """Planned ``T`` (``None`` = a padded batch) and frames per utterance of one batch.
 
-        ``lo``, ``hi``, ``total_std`` come from :meth:`_group_ranges`; rule 1 of
-        :class:`FrameRatePolicy` is applied to them directly, the fallback rules
-        (2–3) through :meth:`FrameRatePolicy.batch_frame_counts`.
+        ``lo``, ``hi``, ``total_std`` come from :meth:`_group_ranges`.  Rule 1 of
+        :class:`FrameRatePolicy` on them; if the intersection is empty, rule 2
+        (lower limit relaxed to ``fallback_frame_rate_hz``).  ``T`` is raised to
+        the members' CTC minimum where the clamp allows, and, if ``B × T`` is over
+        ``batch_bins`` (a lone long utterance, or a batch forced to hold
+        ``min_batch_size`` utterances under DDP), lowered toward the budget, never
+        below the fallback rate or the CTC minimum.  With no common ``T`` at all,
+        every member gets its own lowest frame count (fallback rate, CTC minimum)
+        and the batch is padded to the longest: ``T`` is ``None``.  A batch still
+        over the budget is named (:meth:`_name_oversized`).
         """
-        t = self.policy.pick_frame_count(lo, hi, total_std, len(batch), epoch)
-        if t is None:
-            lengths = [self._samples[i] for i in batch]
-            counts, fallback = self.policy.batch_frame_counts(lengths, epoch=epoch)
-            if fallback:
-                return None, tuple(counts)
-            t = counts[0]
-        # A target frame rate below the standard one can put T under a member's CTC minimum
-        # (rule (d)); raise T to it where the clamp allows (it never raises B x T past what
-        # the grouping accepted, which checked T >= the minimum at the rule's own T).
+        size = len(batch)
+        lowest = [max(self._fallback_lo[i], self._min[i]) for i in batch]  # per member, capped below
         need = max(self._min[i] for i in batch)
-        if t < need and hi is not None and need <= hi:
-            t = need
-        if len(batch) == 1 and t > self.batch_bins:
-            i = batch[0]
-            lowest = self.policy.frame_count_range(self._samples[i], self.policy.fallback_frame_rate_hz)[0]
-            t = max(lowest, self._min[i], min(t, self.batch_bins))
-            if t > self.batch_bins:
-                key = self.keys[i]
-                message = (
-                    f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {t} frames even at "
-                    f"{self.policy.fallback_frame_rate_hz:g} Hz, more than batch_bins={self.batch_bins}"
-                )
-                if self.oversized == "error":
-                    raise ValueError(message + "; raise batch_bins, split the recording, or set oversized: warn.")
-                if key not in self._warned:
-                    self._warned.add(key)
-                    logging.warning(message + "; it gets a batch of its own (raise batch_bins or split the recording).")
-        return t, (t,) * len(batch)
+        t = self.policy.pick_frame_count(lo, hi, total_std, size, epoch)
+        floor = lo
+        if t is None:
+            floor = max(self._fallback_lo[i] for i in batch)
+            t = self.policy.pick_frame_count(floor, hi, total_std, size, epoch)
+        if t is not None:
+            # A target frame rate below the standard one can put T under a member's CTC minimum
+            # (rule (d)); raise T to it where the clamp allows.
+            if t < need <= hi:
+                t = need
+            if size * t > self.batch_bins:  # lower toward the budget, inside the clamp
+                fb_floor = max(self._fallback_lo[i] for i in batch)
+                t = max(fb_floor, need if need <= hi else fb_floor, min(t, self.batch_bins // size))
+                if size * t > self.batch_bins:
+                    self._name_oversized(batch, t)
+            return t, (t,) * size
+        counts = tuple(min(c, self._hi[i]) for c, i in zip(lowest, batch))
+        if size * max(counts) > self.batch_bins:
+            self._name_oversized(batch, max(counts))
+        return None, counts
+
+    def _name_oversized(self, batch: List[int], t: int) -> None:
+        """Warn once about (``oversized="warn"``) or refuse (``"error"``) the batch's longest utterance."""
+        i = max(batch, key=lambda j: (self._fallback_lo[j], self._samples[j]))
+        key = self.keys[i]
+        lowest = max(self._fallback_lo[i], self._min[i])
+        if len(batch) == 1:
+            message = (
+                f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {lowest} frames even at "
+                f"{self.policy.fallback_frame_rate_hz:g} Hz, more than batch_bins={self.batch_bins}"
+            )
+            fix = "it gets a batch of its own (raise batch_bins or split the recording)."
+        else:
+            message = (
+                f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {lowest} frames even at "
+                f"{self.policy.fallback_frame_rate_hz:g} Hz; in a batch of {len(batch)} (min_batch_size "
+                f"{self.min_batch_size}, the world size under DDP) that is {len(batch)} x {t} frames, more than "
+                f"batch_bins={self.batch_bins}"
+            )
+            fix = "its batch is computed at the lowest rates the clamp allows (raise batch_bins or split the recording)."
+        if self.oversized == "error":
+            raise ValueError(message + "; raise batch_bins, split the recording, or set oversized: warn.")
+        if key not in self._warned:
+            self._warned.add(key)
+            logging.warning(message + "; " + fix)
 
     def _plan(self, epoch: int):
         epoch = int(epoch)

@@ -169,6 +169,66 @@ def test_a_lower_target_rate_costs_fewer_frames_for_the_same_batches(tmp_path):
     assert frames_low / frames_std == pytest.approx(0.8, abs=0.01)
 
 
+long_tailed_sec = st.lists(
+    st.one_of(st.floats(0.5, 15.0), st.floats(15.0, 480.0)), min_size=1, max_size=120
+)  # call-centre-like: many short utterances, a long tail up to 8 minutes
+
+
+def lowest_frames(num_samples):
+    """Fewest frames the rules allow an utterance: its frame count at fallback_frame_rate_hz."""
+    return POLICY.frame_count_range(num_samples, POLICY.fallback_frame_rate_hz)[0]
+
+
+@FAST
+@given(durations=long_tailed_sec, batch_bins=st.integers(2000, 60000), world_size=st.integers(1, 3),
+       epoch=st.integers(1, 4), seed=st.integers(0, 5))
+def test_ddp_budget_holds_unless_an_utterance_cannot_meet_its_share(tmp_path, durations, batch_bins, world_size,
+                                                                    epoch, seed):
+    sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, min_batch_size=world_size, seed=seed)
+    batches, per_utt = sampler.batches_for_epoch(epoch), sampler.utt_frames_for_epoch(epoch)
+    assert sorted(k for b in batches for k in b) == sorted(utt2samples)  # each utterance once
+    for batch, frames in zip(batches, per_utt):
+        if len(utt2samples) >= world_size:
+            assert len(batch) >= world_size  # every rank gets an utterance
+        for k, t in zip(batch, frames):  # a frame count the frontend can produce, never the 100 Hz padding
+            lo, hi = POLICY.frame_count_range(utt2samples[k], POLICY.fallback_frame_rate_hz)
+            assert lo <= t <= hi
+        cost = len(batch) * max(frames)
+        if cost > batch_bins:
+            # Over budget only because a member cannot meet its share even in the smallest legal batch:
+            # world_size utterances, or the epoch's last < 2 x world_size, which cannot be split.
+            worst = max(lowest_frames(utt2samples[k]) for k in batch)
+            tail = world_size < len(batch) < 2 * world_size
+            assert worst * (len(batch) if tail else world_size) > batch_bins, (batch, frames, batch_bins)
+            assert max(frames) == worst  # and then at the lowest cost the rules allow
+
+
+def test_issue_13_ddp_example_is_computed_at_the_lowest_rates(tmp_path, caplog):
+    durations = [7.1, 223.1, 33.9, 39.3]
+    sampler, utt2samples = build(tmp_path, durations, batch_bins=12000, min_batch_size=2)
+    with caplog.at_level("WARNING"):
+        sampler.batches_for_epoch(1)
+    batches, per_utt = sampler.batches_for_epoch(1), sampler.utt_frames_for_epoch(1)
+    long_key = "utt000001"
+    (batch, frames), = [(b, f) for b, f in zip(batches, per_utt) if long_key in b]
+    assert max(frames) == lowest_frames(utt2samples[long_key]) == 11156  # 223.1 s at 50 Hz
+    assert len(batch) * max(frames) < 44622 / 1.9  # was 2 x 22,311 at 100 Hz
+    assert all(len(b) * max(f) <= 12000 for b, f in zip(batches, per_utt) if long_key not in b)
+    assert caplog.text.count(long_key) == 1  # named once
+    with pytest.raises(ValueError, match=r"utt000001 \(223.1 s\) needs 11156 frames even at 50 Hz; in a batch of 2"):
+        build(tmp_path, durations, batch_bins=12000, min_batch_size=2, oversized="error")
+
+
+def test_frontend_computes_a_padded_batch_at_its_planned_rates():
+    frontend = DynResFrontend(**RECIPE_FRONTEND).train()
+    lengths = torch.tensor([16000 * 4, 16000])  # 4 s and 1 s: no common T inside the clamp
+    plan = torch.tensor([201, 51])  # each at 50 Hz
+    with planned_frames(plan):
+        feats, feats_lengths = frontend(torch.randn(2, 16000 * 4) * 0.1, lengths)
+    assert feats_lengths.tolist() == [201, 51] and feats.shape[1] == 201
+    assert bool((feats[1, 51:] == 0).all()) and not frontend.last_batch_fallback
+
+
 def test_frontend_refuses_a_plan_it_cannot_produce():
     frontend = DynResFrontend(**RECIPE_FRONTEND).train()
     lengths = torch.tensor([16000, 8000])

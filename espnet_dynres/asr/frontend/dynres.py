@@ -271,10 +271,12 @@ class DynResFrontend(AbsFrontend):
             planned: ``(B,)`` int64 planned frames per utterance.
 
         Returns:
-            ``(feats_lengths (B,) int64, fallback)``: one common ``T`` reachable by
-            every utterance between ``fallback_frame_rate_hz`` and
-            ``max_frame_rate_hz`` (a dynamic batch), or exactly the standard
-            frame counts (a fallback batch).
+            ``(feats_lengths (B,) int64, fallback)``: frame counts each reachable by
+            its utterance between ``fallback_frame_rate_hz`` and
+            ``max_frame_rate_hz`` (one common ``T``: a dynamic batch; different
+            counts: a batch padded at those rates, the sampler's *padded batch*),
+            or exactly the standard frame counts (``fallback``: standard rate,
+            padded, as ``DefaultFrontend``).
 
         Raises:
             ValueError: a plan of the wrong shape, or one this policy cannot
@@ -291,7 +293,7 @@ class DynResFrontend(AbsFrontend):
         for n, t in zip(lengths, counts):
             lo = self.policy.frame_count_range(n, self.policy.fallback_frame_rate_hz)[0]
             hi = self.policy.frame_count_range(n)[1]
-            if t != counts[0] or not lo <= t <= hi:
+            if not lo <= t <= hi:
                 raise ValueError(
                     f"planned frame counts {counts} cannot be produced for utterance lengths {lengths} samples: "
                     f"an utterance of {n} samples takes {lo}..{hi} frames at {self.policy.fallback_frame_rate_hz:g}-"
