@@ -31,7 +31,6 @@ the build time.  The CLI is :mod:`espnet_dynres.bin.audit_batches`.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 import time
@@ -427,20 +426,11 @@ def build_batches(
             oversized=oversized,
             shuffle_jitter=shuffle_jitter,
         )
-        accepted = inspect.signature(DynResBatchSampler.__init__).parameters
-        if max_batch_size is not None and "max_batch_size" not in accepted:
-            raise ValueError("this DynResBatchSampler has no max_batch_size option")
-        sampler = DynResBatchSampler(**{k: v for k, v in wanted.items() if k in accepted})
-        if hasattr(sampler, "batches_for_epoch"):
-            epoch1 = list(sampler.batches_for_epoch(1))
-            planned = list(sampler.frames_for_epoch(1))
-            build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
-            epoch2 = list(sampler.batches_for_epoch(2))
-        else:  # a sampler that plans its batches once
-            epoch1 = list(sampler.batch_list)
-            planned = list(sampler.batch_frames)
-            build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
-            epoch2 = list(sampler.batch_list)
+        sampler = DynResBatchSampler(**wanted)
+        epoch1 = list(sampler.batches_for_epoch(1))
+        planned = list(sampler.frames_for_epoch(1))
+        build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        epoch2 = list(sampler.batches_for_epoch(2))
     else:
         raise ValueError(f"unknown batch_type {batch_type!r}; choose from {', '.join(BATCH_TYPES)}")
     return SamplerBatches(epoch1, epoch2, planned, build_time, build_cpu, sampler)

@@ -262,6 +262,8 @@ def check_shape_file_keys(shape_files: Sequence[str], data_files: Sequence[Tuple
     if not shape_files:
         return
     shape_keys = set(read_keyed_file(shape_files[0]))
+    for other in shape_files[1:]:  # e.g. text_shape: blank lines and repeated keys, named
+        read_keyed_file(other)
     for path, name, kind in data_files:
         if kind not in KEYED_FILE_TYPES:
             continue

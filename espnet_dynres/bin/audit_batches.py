@@ -17,6 +17,14 @@ Examples (recipe shape files)::
         --speech_shape exp/asr_stats_raw_word/train/speech_shape \\
         --text_shape exp/asr_stats_raw_word/train/text_shape.word --plot dynres.png
 
+``--config train.yaml`` takes the sampler options and the frame-rate settings from a
+training config (``batch_type``, ``batch_bins``, ``batch_size``, ``max_batch_size``,
+``min_batch_size``, ``seed``, ``sort_in_batch``, ``sort_batch``, ``fold_length``,
+``oversized``, ``shuffle_jitter``, ``frontend_conf``, and ``encoder_conf.input_layer`` for
+the CTC safety when the model has a CTC branch and ``--text_shape`` is given), so the audit
+plans exactly what training will; flags given on the command line win.  The dynres policy is
+then the ``dynres`` frontend's own (:class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`).
+
 ``--batch_bins`` means what it means for the batch type: samples × dims
 (padding included) for ``numel``, samples for ``length``, feature frames
 ``B × T`` for ``dynres``; ``--batch_size`` is used by unsorted, sorted and
@@ -45,7 +53,8 @@ def get_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--speech_shape", required=True, help="speech shape file: 'utt_id num_samples' per line")
     p.add_argument("--text_shape", default=None, help="text shape file ('utt_id num_tokens,vocab'): token counts")
-    p.add_argument("--batch_type", required=True, choices=BATCH_TYPES)
+    p.add_argument("--config", default=None, help="training YAML to take the sampler and frame-rate settings from")
+    p.add_argument("--batch_type", default=None, choices=BATCH_TYPES, help="required unless --config gives it")
     p.add_argument("--batch_size", type=int, default=20, help="unsorted, sorted, folded (ESPnet's default 20)")
     p.add_argument("--batch_bins", type=int, default=None,
                    help="numel/length: ESPnet bins (default 1000000); dynres: feature frames B x T (required)")
@@ -55,13 +64,14 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--sort_batch", default="ascending", choices=["descending", "ascending"])
     p.add_argument("--min_batch_size", type=int, default=1)
     g = p.add_argument_group("frames and the dynres frame-rate policy (frontend_conf)")
-    g.add_argument("--fs", type=int, default=16000, help="sampling rate of the shape file's samples (Hz)")
-    g.add_argument("--hop_length", type=int, default=160, help="standard frame shift (samples)")
-    g.add_argument("--min_frame_rate_hz", type=float, default=70.0)
-    g.add_argument("--max_frame_rate_hz", type=float, default=130.0)
-    g.add_argument("--fallback_frame_rate_hz", type=float, default=50.0)
+    g.add_argument("--fs", type=int, default=None, help="sampling rate of the shape file's samples (Hz; default 16000)")
+    g.add_argument("--hop_length", type=int, default=None,
+                   help="standard frame shift (samples; default 160, or the --config frontend's)")
+    g.add_argument("--min_frame_rate_hz", type=float, default=None, help="default 70 Hz (or the --config frontend's)")
+    g.add_argument("--max_frame_rate_hz", type=float, default=None, help="default 130 Hz (or the --config frontend's)")
+    g.add_argument("--fallback_frame_rate_hz", type=float, default=None, help="default 50 Hz (or the --config frontend's)")
     g.add_argument("--target_frame_rate_hz", type=float, default=None,
-                   help="dynres: mean frame rate a batch aims at (default: the standard rate fs / hop_length)")
+                   help="dynres: mean frame rate a batch aims at (default: the frontend's, 0.8 x fs / hop_length)")
     g.add_argument("--max_batch_size", type=int, default=None, help="dynres: most utterances per batch")
     g.add_argument("--seed", type=int, default=0, help="dynres: seed of the per-epoch redraw")
     g.add_argument("--oversized", default="warn", choices=["warn", "error"],
@@ -151,23 +161,55 @@ def ctc_min_frames_from_tokens(keys: List[str], tokens: np.ndarray, input_layer:
     return {k: need[int(u)] for k, u in zip(keys, tokens)}
 
 
+RATE_KEYS = ("fs", "hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz", "target_frame_rate_hz")
+CONFIG_KEYS = ("batch_type", "batch_bins", "batch_size", "max_batch_size", "min_batch_size", "seed", "sort_in_batch",
+               "sort_batch", "fold_length", "oversized", "shuffle_jitter")
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """Command line over ``--config`` (a training YAML) over the defaults."""
+    parser = get_parser()
+    first, _ = parser.parse_known_args(argv)
+    parser.config_conf = {}
+    if first.config:
+        import yaml
+
+        conf = yaml.safe_load(Path(first.config).read_text(encoding="utf-8")) or {}
+        defaults = {k: conf[k] for k in CONFIG_KEYS if conf.get(k) is not None}
+        if isinstance(defaults.get("fold_length"), int):
+            defaults["fold_length"] = [defaults["fold_length"]]
+        parser.set_defaults(**defaults)
+        parser.config_conf = conf
+    args = parser.parse_args(argv)
+    if args.batch_type is None:
+        parser.error("--batch_type is required (or a --config that sets batch_type)")
+    args.config_conf = parser.config_conf
+    return args
+
+
+def build_policy(args: argparse.Namespace):
+    """The dynres frame-rate policy: the ``--config`` frontend's own, or one from the flags."""
+    from espnet_dynres.asr.frontend.dynres import DynResFrontend
+
+    flags = {k: getattr(args, k) for k in RATE_KEYS if getattr(args, k) is not None}
+    if args.config_conf.get("frontend") == "dynres":
+        return DynResFrontend(**{**(args.config_conf.get("frontend_conf") or {}), **flags}).policy
+    # No config: the dynres frontend's own defaults at the recipe's hop (160 samples = 100 Hz at 16 kHz).
+    return DynResFrontend(**{"hop_length": 160, **flags}).policy
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = get_parser().parse_args(argv)
+    args = parse_args(argv)
     policy = None
     batch_bins = args.batch_bins
+    conf = args.config_conf
+    if args.ctc_input_layer is None and args.batch_type == "dynres" and args.text_shape and conf:
+        if float((conf.get("model_conf") or {}).get("ctc_weight", 0.5)) > 0:  # training's CTC safety
+            args.ctc_input_layer = (conf.get("encoder_conf") or {}).get("input_layer", "conv2d")
     if args.batch_type == "dynres":
-        from espnet_dynres.frame_rate_policy import FrameRatePolicy
-
         if batch_bins is None:
             raise SystemExit("--batch_type dynres needs --batch_bins: the frame budget B x T (feature frames)")
-        policy = FrameRatePolicy(
-            fs=args.fs,
-            hop_length=args.hop_length,
-            min_frame_rate_hz=args.min_frame_rate_hz,
-            max_frame_rate_hz=args.max_frame_rate_hz,
-            fallback_frame_rate_hz=args.fallback_frame_rate_hz,
-            target_frame_rate_hz=args.target_frame_rate_hz,
-        )
+        policy = build_policy(args)
     elif batch_bins is None:
         batch_bins = 1000000  # ESPnet's default
     if args.ctc_input_layer is not None and (args.batch_type != "dynres" or args.text_shape is None):
@@ -199,8 +241,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         table,
         built.epoch1,
         built.epoch2,
-        hop_length_samples=args.hop_length,
-        fs_hz=args.fs,
+        hop_length_samples=policy.hop_length if policy else (
+            args.hop_length or (conf.get("frontend_conf") or {}).get("hop_length") or 160),
+        fs_hz=policy.fs if policy else (args.fs or 16000),
         planned_frames=built.planned_frames,
         batch_type=args.batch_type,
         build_time_sec=built.build_time_sec,

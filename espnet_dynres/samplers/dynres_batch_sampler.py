@@ -260,10 +260,6 @@ class DynResBatchSampler(AbsSampler):
     def num_fallback_batches(self) -> int:
         return self.num_fallback_batches_for_epoch(self.epoch)
 
-    def generate(self, seed: int) -> List[Tuple[str, ...]]:
-        """ESPnet's ``AbsSampler.generate``: ``seed`` is ``epoch + self.seed`` as ESPnet's iterators pass it."""
-        return self.batches_for_epoch(seed - self.seed)
-
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}(N-batch={len(self)} (epoch {self.epoch}), batch_bins={self.batch_bins}, "

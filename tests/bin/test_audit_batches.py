@@ -55,3 +55,32 @@ def test_cli_json_to_stdout_without_text_shape(shape_files, capsys):
 def test_cli_dynres_needs_a_frame_budget(shape_files):
     with pytest.raises(SystemExit, match="batch_bins"):
         main(["--batch_type", "dynres", "--speech_shape", shape_files[0]])
+
+
+def test_config_gives_the_same_audit_as_the_equivalent_flags(tmp_path, shape_files, capsys):
+    """--config train.yaml reads the sampler options and the dynres frontend's rate settings."""
+    import yaml
+
+    from factory import RECIPE_DIR
+
+    conf = yaml.safe_load((RECIPE_DIR / "conf" / "train_asr_conformer_dynres_cpu.yaml").read_text())
+    conf.update(batch_bins=2500, max_batch_size=6, seed=4)
+    conf["frontend_conf"]["target_frame_rate_hz"] = 85
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(conf))
+    common = ["--speech_shape", shape_files[0], "--text_shape", shape_files[1], "--json", "-"]
+
+    def summary(argv):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        return json.loads(out[out.index("{"):])
+
+    from_config = summary(["--config", str(config)] + common)
+    from_flags = summary(["--batch_type", "dynres", "--batch_bins", "2500", "--max_batch_size", "6", "--seed", "4",
+                          "--hop_length", "160", "--min_frame_rate_hz", "70", "--max_frame_rate_hz", "130",
+                          "--target_frame_rate_hz", "85", "--ctc_input_layer", "conv2d"] + common)
+    from_config.pop("build_time_sec"), from_flags.pop("build_time_sec")
+    assert from_config == from_flags
+    assert from_config["batch_size"]["max"] <= 6
+    overridden = summary(["--config", str(config), "--batch_bins", "5000"] + common)
+    assert overridden["num_batches"] < from_config["num_batches"]  # the command line wins

@@ -12,10 +12,10 @@ def test_model_passes_the_plan_to_the_frontend():
     seen = []
     model.frontend.register_forward_hook(lambda m, inp, out: seen.append(out[1].tolist()))
     rule, _ = model.frontend.frame_counts(lengths)  # the policy's own T for this batch
-    lowest = max(model.frontend.policy.frame_count_range(int(n))[0] for n in lengths)
-    assert lowest < int(rule[0])  # a different T is reachable, so the test can tell them apart
-    plan = torch.full((3,), lowest, dtype=torch.long)
+    highest = min(model.frontend.policy.frame_count_range(int(n))[1] for n in lengths)
+    assert highest > int(rule[0])  # a different T is reachable, so the test can tell them apart
+    plan = torch.full((3,), highest, dtype=torch.long)
     loss, _, _ = model(speech, lengths, text, text_lengths, speech_frames=plan, utt_id=["a", "b", "c"])
-    assert seen[-1] == [lowest] * 3 and torch.isfinite(loss)
+    assert seen[-1] == [highest] * 3 and torch.isfinite(loss)
     model(speech, lengths, text, text_lengths)  # without a plan: the policy's rule
     assert seen[-1] == rule.tolist()

@@ -45,7 +45,7 @@ def test_tiny_inputs_are_not_an_exception():
     x = torch.randn(2, 3, 8)
     out, lengths = aug(x, torch.tensor([3, 1]))
     assert out.shape == x.shape and lengths.tolist() == [3, 1]
-    assert masked_frames(out)[1] <= 1 and masked_frames(out)[0] <= 3
+    assert masked_frames(out)[1] <= 1  # a 1-frame utterance: its time mask does not spill into frames 1-2
 
 
 def test_ratio_masks_and_standard_rate_need_no_rates():
