@@ -71,7 +71,7 @@ def get_parser() -> argparse.ArgumentParser:
     g.add_argument("--max_frame_rate_hz", type=float, default=None, help="default 130 Hz (or the --config frontend's)")
     g.add_argument("--fallback_frame_rate_hz", type=float, default=None, help="default 50 Hz (or the --config frontend's)")
     g.add_argument("--target_frame_rate_hz", type=float, default=None,
-                   help="dynres: mean frame rate a batch aims at (default: the frontend's, 0.8 x fs / hop_length)")
+                   help="dynres: mean frame rate a batch aims at (default: the standard rate fs / hop_length)")
     g.add_argument("--max_batch_size", type=int, default=None, help="dynres: most utterances per batch")
     g.add_argument("--seed", type=int, default=0, help="dynres: seed of the per-epoch redraw")
     g.add_argument("--oversized", default="warn", choices=["warn", "error"],
