@@ -40,6 +40,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from espnet_dynres.frame_rate_policy import standard_frame_counts
 from espnet_dynres.samplers.dynres_batch_sampler import read_shape_file
 
 ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
@@ -275,7 +276,7 @@ def audit_batches(
         raise ValueError(f"batch {int(np.argmax(sizes == 0))} of {batch_type or 'the sampler'} is empty")
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
 
-    std_frames = 1 + table.num_samples[flat] // int(hop_length_samples)
+    std_frames = standard_frame_counts(table.num_samples[flat], hop_length_samples)
     max_std = np.maximum.reduceat(std_frames, starts)
     sum_std = np.add.reduceat(std_frames, starts)
     seconds = table.num_samples[flat] / float(fs_hz)

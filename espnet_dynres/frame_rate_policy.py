@@ -56,6 +56,24 @@ import humanfriendly
 import torch
 
 
+def standard_frame_counts(num_samples, hop_length: int):
+    """``1 + L // hop_length``: the frames ESPnet's ``Stft(center=True)`` gives ``L`` samples.
+
+    The one implementation of the standard frame count (the policy, the sampler and the
+    batch audit call it).
+
+    Args:
+        num_samples: ``(N,)`` int samples per utterance (array-like).
+        hop_length: frame shift in samples.
+
+    Returns:
+        ``(N,)`` int64 frames (numpy).
+    """
+    import numpy as np
+
+    return 1 + np.asarray(num_samples, dtype=np.int64) // int(hop_length)
+
+
 def parse_fs(fs: Union[int, str]) -> int:
     """Sampling rate in Hz from an int or an ESPnet-style string ("16k", "8000")."""
     value = humanfriendly.parse_size(fs) if isinstance(fs, str) else fs
@@ -144,25 +162,33 @@ class FrameRatePolicy:
         """The evaluation frame rate, ``fs / hop_length`` (Hz)."""
         return self.fs / self.hop_length
 
+    def standard_frame_counts(self, num_samples):
+        """Frames ESPnet's DefaultFrontend gives each utterance (center=True): ``1 + L // hop_length``.
+
+        Args:
+            num_samples: ``(N,)`` int samples per utterance (array-like).
+
+        Returns:
+            ``(N,)`` int64 frames (numpy).
+        """
+        return standard_frame_counts(num_samples, self.hop_length)
+
     def standard_frame_count(self, num_samples: int) -> int:
-        """Frames ESPnet's DefaultFrontend gives ``num_samples`` samples (center=True)."""
-        return 1 + int(num_samples) // self.hop_length
+        """:meth:`standard_frame_counts` of one utterance."""
+        return int(self.standard_frame_counts([int(num_samples)])[0])
 
     def frame_count_range(self, num_samples: int, min_rate_hz: Optional[float] = None) -> Tuple[int, int]:
         """Inclusive range ``(lo, hi)`` of frame counts reachable inside the rate clamp.
 
-        ``lo = 1 + floor(L * min_rate / fs)``, ``hi = 1 + floor(L * max_rate / fs)``
-        (derivation in the module docstring); never empty.  ``min_rate_hz``
-        defaults to ``min_frame_rate_hz``.
+        :meth:`frame_count_ranges` of one utterance: ``lo = 1 + floor(L * min_rate / fs)``,
+        ``hi = 1 + floor(L * max_rate / fs)`` (derivation in the module docstring); never
+        empty.  ``min_rate_hz`` defaults to ``min_frame_rate_hz``.
         """
-        n = int(num_samples)
-        low_rate = self.min_frame_rate_hz if min_rate_hz is None else min_rate_hz
-        lo = 1 + math.floor(n * low_rate / self.fs + 1e-9)
-        hi = 1 + math.floor(n * self.max_frame_rate_hz / self.fs + 1e-9)
-        return lo, hi
+        lo, hi = self.frame_count_ranges([int(num_samples)], min_rate_hz)
+        return int(lo[0]), int(hi[0])
 
     def frame_count_ranges(self, num_samples, min_rate_hz: Optional[float] = None):
-        """:meth:`frame_count_range` for a whole array at once (numpy; same arithmetic).
+        """Frame-count ranges inside the clamp for a whole array at once (numpy; the one implementation).
 
         Args:
             num_samples: ``(N,)`` int samples per utterance (array-like).
@@ -240,42 +266,28 @@ class FrameRatePolicy:
         return [self.standard_frame_count(n) for n in num_samples], True
 
     def frame_shift_samples(self, num_samples: int, num_frames: int, fs_hz: Optional[int] = None) -> float:
-        """Frame shift (samples, fractional) that gives ``num_frames`` frames.
+        """Frame shift (samples, fractional) that gives ``num_frames`` frames: :meth:`frame_shifts_samples`
+        of one utterance.
 
         The shift closest to ``hop_length`` inside
         ``(L / T, L / (T - 1)] ∩ [fs / max_rate, fs / fallback_rate]``; if that
         intersection is empty, the shift closest to it inside
-        ``(L / T, L / (T - 1)]``, i.e. the frame count wins over the clamp.  The
-        end is taken as ``L / (T - 1e-6)`` and the result nudged by one ulp where
-        floating-point rounding would miss ``T``; for ``T == 1`` the interval is
-        ``(L, inf)``.  ``fs_hz`` (default ``fs``) is the sampling rate of the
-        signal being framed, e.g. after resampling.
+        ``(L / T, L / (T - 1)]``, i.e. the frame count wins over the clamp.
+        ``fs_hz`` (default ``fs``) is the sampling rate of the signal being
+        framed, e.g. after resampling.
+
+        Raises:
+            ValueError: ``num_frames < 1``.
         """
-        n, t = int(num_samples), int(num_frames)
-        fs_hz = self.fs if fs_hz is None else fs_hz
-        if t < 1:
-            raise ValueError(f"num_frames must be >= 1, got {t}")
-        if n == 0:
-            return float(self.hop_length)
-        lo, hi = n / (t - 1e-6), (n / (t - 1) if t > 1 else math.inf)
-        c_lo = max(lo, fs_hz / self.max_frame_rate_hz)
-        c_hi = min(hi, fs_hz / self.fallback_frame_rate_hz)
-        if c_lo <= c_hi:
-            lo, hi = c_lo, c_hi
-        shift = min(max(float(self.hop_length), lo), hi)
-        while 1 + math.floor(n / shift) > t:  # floating-point rounding at the closed end
-            shift = math.nextafter(shift, math.inf)
-        while 1 + math.floor(n / shift) < t:
-            shift = math.nextafter(shift, 0.0)
-        return shift
+        fs = None if fs_hz is None else torch.tensor([float(fs_hz)], dtype=torch.float64)
+        shift = self.frame_shifts_samples(torch.tensor([int(num_samples)]), torch.tensor([int(num_frames)]), fs)
+        return float(shift[0])
 
     def frame_shifts_samples(
         self, num_samples: torch.Tensor, num_frames: torch.Tensor, fs_hz: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
-        """:meth:`frame_shift_samples` for a whole batch, in tensor ops (used by the ``dynres`` frontend).
-
-        The same float64 arithmetic, element by element, so the shifts are
-        bit-identical to the policy's (a test pins it): the shift closest to
+        """Frame shifts for a whole batch, in float64 tensor ops (the one implementation; used by
+        the ``dynres`` frontend, :meth:`frame_shift_samples` calls it): the shift closest to
         ``hop_length`` inside ``(L / T, L / (T - 1)] ∩ [fs / max_rate, fs /
         fallback_rate]`` (the frame count wins when that is empty), nudged by
         one ulp where rounding would miss ``T``.

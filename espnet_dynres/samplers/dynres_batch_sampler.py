@@ -213,9 +213,10 @@ class DynResBatchSampler(AbsSampler):
         samples = np.array([self.utt2samples[k] for k in self.keys], dtype=np.int64)
         self._samples = samples.tolist()
         self._samples_arr = samples
-        self._std = (1 + samples // policy.hop_length).tolist()
+        std = policy.standard_frame_counts(samples)
+        self._std = std.tolist()
         lo, hi = policy.frame_count_ranges(samples)
-        self._lo_arr, self._hi_arr, self._std_arr = lo, hi, 1 + samples // policy.hop_length
+        self._lo_arr, self._hi_arr, self._std_arr = lo, hi, std
         self._lo, self._hi = lo.tolist(), hi.tolist()
         self._fallback_lo = policy.frame_count_ranges(samples, policy.fallback_frame_rate_hz)[0].tolist()
         self._min = [
