@@ -10,7 +10,6 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 import numpy as np
 from typeguard import typechecked
 
-from espnet2.fileio.read_text import load_num_sequence_text
 from espnet2.samplers.abs_sampler import AbsSampler
 
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
@@ -25,7 +24,8 @@ def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
     All shape files must list the same utterances.
 
     Raises:
-        ValueError: a malformed or empty first shape file (:func:`read_shape_file`).
+        ValueError: a blank or malformed line, a repeated key or an empty file in any
+            shape file (:func:`read_shape_file`, the one shape-file reader).
         RuntimeError: keys differing between shape files (the message names up
             to 5 keys missing from each side).
     """
@@ -34,7 +34,7 @@ def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
     keys, lengths = read_shape_file(shape_files[0])
     first = dict(zip(keys, lengths.tolist()))
     for path in shape_files[1:]:
-        d = load_num_sequence_text(path, loader_type="csv_int")  # other shape files: keys only
+        d = dict.fromkeys(read_shape_file(path)[0])  # other shape files: keys only
         if set(d) != set(first):
             missing = sorted(set(first) - set(d))[:5]
             extra = sorted(set(d) - set(first))[:5]
