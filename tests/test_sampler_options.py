@@ -64,3 +64,15 @@ def test_an_iterator_that_ignores_batch_samplers_is_refused_before_the_model_is_
     args = task_args(data_dir, "--batch_bins", "3000", "--iterator_type", "chunk")
     with pytest.raises(ValueError, match="batch_type dynres needs iterator_type: sequence"):
         ASRTask.build_model(args)
+
+
+def test_a_blank_line_stops_the_iterator_build_before_espnet_reads_the_file(data_dir, tmp_path):
+    import shutil
+
+    broken = tmp_path / "data"
+    shutil.copytree(data_dir, broken)
+    lines = (broken / "text").read_text().splitlines()
+    (broken / "text").write_text("\n".join(lines[:2] + [""] + lines[2:]) + "\n")
+    args = task_args(broken, "--batch_bins", "3000")
+    with pytest.raises(ValueError, match=r"text:3: blank line.*not enough values to unpack.*sed -i"):
+        ASRTask.build_iter_factory(args, DistributedOption(distributed=False), mode="train")
