@@ -7,7 +7,10 @@ rates here on every forward (``None`` when it ran at the standard rate) and
 ``specaug: dynres`` reads them.  The iterator factory records the epoch for
 the optional resolution curriculum.  The ``token_normalized`` model passes the
 sampler's planned frame counts (batch key ``speech_frames``) to the frontend.  A :class:`contextvars.ContextVar` keeps
-concurrent threads (e.g. ``DataParallel`` replicas) apart.
+concurrent threads (e.g. ``DataParallel`` replicas) apart.  The rates are read once
+(:func:`take_frame_rates`) and cleared when the model's forward ends, so a later batch never
+sees stale ones.  Why module-level state at all: ESPnet's ``encode`` calls the frontend and
+SpecAugment with ``(tensor, lengths)`` only (issue 14 moves this to explicit arguments).
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ def set_frame_rates(frame_rates_hz: Optional[torch.Tensor]) -> None:
 def current_frame_rates() -> Optional[torch.Tensor]:
     """The ``(B,)`` frame rates (Hz) last recorded in this context, or ``None``."""
     return _FRAME_RATES_HZ.get()
+
+
+def take_frame_rates() -> Optional[torch.Tensor]:
+    """:func:`current_frame_rates`, then forget them: each recorded batch is read once (by SpecAugment)."""
+    rates = _FRAME_RATES_HZ.get()
+    _FRAME_RATES_HZ.set(None)
+    return rates
 
 
 _EPOCH: contextvars.ContextVar = contextvars.ContextVar("espnet_dynres_epoch", default=None)
@@ -63,6 +73,7 @@ def planned_frames(frames: Optional[torch.Tensor]) -> Iterator[None]:
         yield
     finally:
         _PLANNED_FRAMES.reset(token)
+        _FRAME_RATES_HZ.set(None)  # this batch's rates end with its forward: nothing stale for the next one
 
 
 def current_planned_frames() -> Optional[torch.Tensor]:

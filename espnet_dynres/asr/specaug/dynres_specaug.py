@@ -11,7 +11,7 @@ from espnet2.asr.specaug.abs_specaug import AbsSpecAug
 from espnet2.layers.mask_along_axis import MaskAlongAxis, MaskAlongAxisVariableMaxWidth
 from espnet2.layers.time_warp import time_warp
 
-from espnet_dynres.frame_rate_context import current_frame_rates
+from espnet_dynres.frame_rate_context import take_frame_rates
 
 
 def _pair(value, name: str) -> Tuple:
@@ -93,10 +93,22 @@ class DynResSpecAug(AbsSpecAug):
         self.replace_with_zero = replace_with_zero
 
     def rate_ratio(self, batch: int, device: torch.device) -> torch.Tensor:
-        """``(B,)`` float: each utterance's frame rate / the standard rate (1 if unknown)."""
-        rates = current_frame_rates()
-        if rates is None or rates.numel() != batch:
+        """``(B,)`` float: each utterance's frame rate / the standard rate (1 if none were recorded).
+
+        Takes the rates the ``dynres`` frontend recorded for this batch (read once).
+
+        Raises:
+            ValueError: recorded rates for a batch of another size (a frontend other
+                than ``dynres`` ran in between).
+        """
+        rates = take_frame_rates()
+        if rates is None:
             return torch.ones(batch, device=device)
+        if rates.numel() != batch:
+            raise ValueError(
+                f"specaug dynres: the frontend recorded frame rates for {rates.numel()} utterances, but the "
+                f"features have {batch}; use frontend: dynres with specaug: dynres in the same model."
+            )
         return rates.to(device=device, dtype=torch.float32) / self.standard_frame_rate_hz
 
     def forward(self, x: torch.Tensor, x_lengths: Optional[torch.Tensor] = None):

@@ -61,3 +61,28 @@ def test_time_mask_options_are_checked():
         DynResSpecAug(time_mask_width_range=[0, 10], time_mask_width_ratio_range=[0, 0.1])
     with pytest.raises(ValueError, match="exactly one"):
         DynResSpecAug()
+
+
+def test_recorded_rates_are_read_once_and_a_size_mismatch_is_an_error():
+    from espnet_dynres.frame_rate_context import current_frame_rates
+
+    aug = DynResSpecAug(apply_time_warp=False, apply_freq_mask=False, time_mask_width_range=[30, 30], num_time_mask=1)
+    set_frame_rates(torch.tensor([70.0, 130.0]))
+    aug(torch.ones(2, 300, 8), torch.tensor([300, 300]))
+    assert current_frame_rates() is None  # consumed: a later batch cannot read them
+    out, _ = aug(torch.ones(2, 300, 8), torch.tensor([300, 300]))
+    assert masked_frames(out).tolist() == [30, 30]  # no rates: the standard rate
+    set_frame_rates(torch.tensor([70.0, 100.0, 130.0]))
+    with pytest.raises(ValueError, match="recorded frame rates for 3 utterances, but the features have 2"):
+        aug(torch.ones(2, 300, 8), torch.tensor([300, 300]))
+
+
+def test_the_model_forward_leaves_no_rates_behind():
+    from espnet_dynres.frame_rate_context import current_frame_rates
+    from factory import build_tiny_model, pad_batch, random_text, real_utterances
+
+    model = build_tiny_model().train()  # dynres frontend, no SpecAugment: nothing reads the rates
+    speech, lengths = pad_batch(real_utterances(2))
+    text, text_lengths = random_text(2, 3)
+    model(speech, lengths, text, text_lengths)
+    assert current_frame_rates() is None
