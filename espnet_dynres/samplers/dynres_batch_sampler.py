@@ -314,17 +314,22 @@ class DynResBatchSampler(AbsSampler):
                     continue
                 batches.append(current)
             current, lo, hi, total_std, need = [i], u_lo, u_hi, std_[i], u_min
-        if current:
-            if batches and len(current) < min_bs:
-                # Too few left: rebalance with the batch before so both keep min_batch_size.
-                prev = batches.pop()
-                merged = prev + current
-                if len(merged) >= 2 * min_bs:
-                    batches.extend([merged[: len(merged) - min_bs], merged[len(merged) - min_bs :]])
-                else:
-                    batches.append(merged)
+        return self._close_last(batches, current)
+
+    def _close_last(self, batches: List[List[int]], current: List[int]) -> List[List[int]]:
+        """Append the epoch's last batch; if it has fewer than ``min_batch_size`` utterances,
+        rebalance it with the batch before so that both keep ``min_batch_size``."""
+        min_bs = self.min_batch_size
+        if not current:
+            return batches
+        if batches and len(current) < min_bs:
+            merged = batches.pop() + current
+            if len(merged) >= 2 * min_bs:
+                batches.extend([merged[: len(merged) - min_bs], merged[len(merged) - min_bs :]])
             else:
-                batches.append(current)
+                batches.append(merged)
+        else:
+            batches.append(current)
         return batches
 
     def _group_padded(self, order: np.ndarray) -> List[List[int]]:
@@ -346,17 +351,7 @@ class DynResBatchSampler(AbsSampler):
             if current:
                 batches.append(current)
             current, longest = [i], std_[i]
-        if current:
-            if batches and len(current) < min_bs:
-                prev = batches.pop()
-                merged = prev + current
-                if len(merged) >= 2 * min_bs:
-                    batches.extend([merged[: len(merged) - min_bs], merged[len(merged) - min_bs :]])
-                else:
-                    batches.append(merged)
-            else:
-                batches.append(current)
-        return batches
+        return self._close_last(batches, current)
 
     def _padded_frames(self, batch: List[int]) -> Tuple[int, Tuple[int, ...]]:
         """Validation batch: ``(padded T = longest standard frame count, standard frames per utterance)``;
@@ -364,17 +359,14 @@ class DynResBatchSampler(AbsSampler):
         counts = tuple(self._std[i] for i in batch)
         t = max(counts)
         if len(batch) == 1 and t > self.batch_bins:
-            i = batch[0]
-            key = self.keys[i]
-            message = (
-                f"validation utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {t} frames at the "
-                f"standard rate, more than valid_batch_bins={self.batch_bins}"
+            key = self.keys[batch[0]]
+            self._report_oversized(
+                key,
+                f"validation utterance {key} ({self._samples[batch[0]] / self.policy.fs:.1f} s) needs {t} frames at "
+                f"the standard rate, more than valid_batch_bins={self.batch_bins}",
+                "raise valid_batch_bins, split the recording, or set oversized: warn.",
+                "it gets a batch of its own (raise valid_batch_bins or split the recording).",
             )
-            if self.oversized == "error":
-                raise ValueError(message + "; raise valid_batch_bins, split the recording, or set oversized: warn.")
-            if key not in self._warned:
-                self._warned.add(key)
-                logging.warning(message + "; it gets a batch of its own (raise valid_batch_bins or split the recording).")
         return t, counts
 
     def _sort_members(self, groups: List[List[int]]) -> List[List[int]]:
@@ -454,11 +446,16 @@ class DynResBatchSampler(AbsSampler):
                 f"batch_bins={self.batch_bins}"
             )
             fix = "its batch is computed at the lowest rates the clamp allows (raise batch_bins or split the recording)."
+        self._report_oversized(key, message, "raise batch_bins, split the recording, or set oversized: warn.", fix)
+
+    def _report_oversized(self, key: str, message: str, error_fix: str, warn_fix: str) -> None:
+        """``oversized="error"``: raise ``ValueError(message; error_fix)``; ``"warn"``: log
+        ``message; warn_fix`` once per utterance."""
         if self.oversized == "error":
-            raise ValueError(message + "; raise batch_bins, split the recording, or set oversized: warn.")
+            raise ValueError(f"{message}; {error_fix}")
         if key not in self._warned:
             self._warned.add(key)
-            logging.warning(message + "; " + fix)
+            logging.warning(f"{message}; {warn_fix}")
 
     def _plan(self, epoch: int):
         epoch = int(epoch)
