@@ -17,6 +17,21 @@ import torchaudio
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FSDD_DIR = REPO_ROOT.parent / "shared" / "data" / "fsdd" / "recordings"
 RECIPE_DIR = REPO_ROOT / "egs2" / "fsdd_digits" / "asr1"
+def load_script(path: Path):
+    """Import a script that is not a package module (``benchmarks/*.py``, the recipe's ``local/*.py``).
+
+    Registered in ``sys.modules`` under its file stem, so dataclasses defined in it resolve.
+    """
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 # The recipe's analysis settings at 16 kHz (25 ms window, 10 ms shift = 100 Hz); DynResFrontend's
 # defaults are DefaultFrontend's (window = n_fft, hop 128).
 RECIPE_FRONTEND = dict(n_fft=512, win_length=400, hop_length=160)

@@ -6,14 +6,13 @@ figures are not measurements and no timing is asserted.
 """
 
 import contextlib
-import importlib.util
 import io
 import json
 
 import pytest
 import yaml
 
-from factory import REPO_ROOT, write_data_dir
+from factory import REPO_ROOT, load_script, write_data_dir
 
 SCRIPT = REPO_ROOT / "benchmarks" / "gpu_benchmark.py"
 GPU_CONFIG = REPO_ROOT / "conf" / "train_asr_conformer_dynres.yaml"
@@ -26,10 +25,7 @@ STEP_FIELDS = (
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("gpu_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,5 @@
 """benchmarks/time_to_accuracy.py: the target logic on synthetic curves, and one real run through the recipe."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -8,17 +7,13 @@ import sys
 import pytest
 import yaml
 
-from factory import RECIPE_DIR, REPO_ROOT
+from factory import RECIPE_DIR, REPO_ROOT, load_script
 
 SCRIPT = REPO_ROOT / "benchmarks" / "time_to_accuracy.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("time_to_accuracy", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def curve(wers, secs):

@@ -1,12 +1,10 @@
 """benchmarks/training_curves.py: ESPnet train.log parsing and the fair-metrics join."""
 
-import importlib.util
 import json
-import sys
 
 import pytest
 
-from factory import REPO_ROOT
+from factory import REPO_ROOT, load_script
 
 SCRIPT = REPO_ROOT / "benchmarks" / "training_curves.py"
 
@@ -19,11 +17,7 @@ LOG = """\
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("training_curves", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_epoch_results_are_parsed_with_times_steps_and_clipping(tmp_path):

@@ -1,22 +1,16 @@
 """benchmarks/valid_metrics.py: the same figures for the same weights, whatever the model's batch weight."""
 
-import importlib.util
-import sys
 
 import pytest
 import torch
 
-from factory import REPO_ROOT, write_data_dir, write_tiny_asr_model
+from factory import REPO_ROOT, load_script, write_data_dir, write_tiny_asr_model
 
 SCRIPT = REPO_ROOT / "benchmarks" / "valid_metrics.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("valid_metrics", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")

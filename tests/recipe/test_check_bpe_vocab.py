@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 
 import pytest
 import sentencepiece as spm
 
-from factory import RECIPE_DIR
+from factory import RECIPE_DIR, load_script
 
 SCRIPT = RECIPE_DIR / "local" / "check_bpe_vocab.py"
 LINES = ["one two three", "four five six seven", "eight nine zero"]
@@ -17,10 +16,7 @@ LINES = ["one two three", "four five six seven", "eight nine zero"]
 
 @pytest.fixture(scope="module")
 def check():
-    spec = importlib.util.spec_from_file_location("check_bpe_vocab", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_the_bound_is_sentencepieces_own(tmp_path, check):

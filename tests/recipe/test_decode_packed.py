@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
 
 from espnet2.main_funcs.pack_funcs import pack
 from espnet_model_zoo.downloader import ModelDownloader
-from factory import RECIPE_DIR, real_utterances, write_tiny_asr_model
+from factory import RECIPE_DIR, load_script, real_utterances, write_tiny_asr_model
 
 SCRIPT = RECIPE_DIR / "local" / "decode_packed.py"
 
 
 @pytest.fixture(scope="module")
 def decode_packed():
-    spec = importlib.util.spec_from_file_location("decode_packed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def pack_tiny_model(tmp_path, seed, outpath):

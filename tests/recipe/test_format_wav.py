@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
 import soundfile as sf
 import torch
 
-from factory import RECIPE_DIR, real_utterances, write_wav
+from factory import RECIPE_DIR, load_script, real_utterances, write_wav
 
 SCRIPT = RECIPE_DIR / "local" / "format_wav.py"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("format_wav", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def format_wav():
-    return load_script()
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")
