@@ -39,6 +39,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,7 +49,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import yaml
 
 HERE = Path(__file__).resolve().parent
 METRICS = {"ter_ctc_token": "min", "acc_token": "max"}
@@ -147,27 +147,18 @@ def parse_wer(score_dir: Path) -> Optional[dict]:
 
 
 def encoder_frames_per_epoch(args, config: Path) -> Dict[str, float]:
-    """The audit CLI's figures for the arm's sampler settings on the training shape files."""
-    conf = yaml.safe_load(config.read_text())
-    for extra in args.asr_args.split("--")[1:]:  # "--batch_bins 5760" style overrides
-        key, _, value = extra.strip().partition(" ")
-        if key in ("batch_type", "batch_bins"):
-            conf[key] = yaml.safe_load(value)
+    """The audit CLI's figures (``--config``: the arm's own sampler and frame-rate settings) on the
+    training shape files; ``--batch_type`` / ``--batch_bins`` in ``--asr_args`` override, as in training."""
+    from espnet_dynres.frame_rate_policy import parse_fs
+
     stats = args.expdir / args.stats_dir / "train"
-    cmd = [sys.executable, "-m", "espnet_dynres.bin.audit_batches", "--batch_type", conf.get("batch_type", "folded"),
+    cmd = [sys.executable, "-m", "espnet_dynres.bin.audit_batches", "--config", str(config), "--fs", str(parse_fs(args.fs)),
            "--speech_shape", str(stats / "speech_shape"), "--text_shape", str(stats / f"text_shape.{args.token_type}"),
            "--json", "-"]
-    if "batch_bins" in conf:
-        cmd += ["--batch_bins", str(conf["batch_bins"])]
-    if conf.get("batch_type") == "dynres":
-        fc = conf.get("frontend_conf") or {}
-        for key in ("hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz",
-                    "target_frame_rate_hz"):
-            if fc.get(key) is not None:
-                cmd += [f"--{key}", str(fc[key])]
-        from espnet_dynres.frame_rate_policy import parse_fs
-
-        cmd += ["--fs", str(parse_fs(args.fs)), "--seed", "0", "--ctc_input_layer", (conf.get("encoder_conf") or {}).get("input_layer", "conv2d")]
+    extra = shlex.split(args.asr_args)
+    for key in ("--batch_type", "--batch_bins"):
+        if key in extra[:-1]:
+            cmd += [key, extra[extra.index(key) + 1]]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     summary = json.loads(out[out.index("{"):])
     return {"batches": summary["num_batches"], "frames": summary["total_frames"] + summary.get("padded_frames", 0)}

@@ -203,8 +203,9 @@ class DynResFrontend(AbsFrontend):
         Returns:
             feats ``(B, T_frames, n_mels)`` float32 (natural-log mel power,
             padded frames 0) and feats_lengths ``(B,)`` int64, the frames
-            computed per utterance.  In a training step outside fallback every
-            length equals ``T_frames``.
+            computed per utterance.  In a training step every length equals
+            ``T_frames`` except in a fallback batch (standard rate) or a planned
+            padded batch (each utterance at its own planned count).
 
         Raises:
             ValueError: multi-channel input in a training step (the plan is per
