@@ -259,7 +259,7 @@ class DynResFrontend(AbsFrontend):
             input_lengths: ``(B,)`` int64 samples.
 
         Returns:
-            ``(feats_lengths (B,) int64, fallback)``; outside fallback all
+            ``(feats_lengths (B,) int64, fallback)``; without a plan and outside fallback all
             lengths equal the batch's ``T``.
         """
         lengths = [int(n) for n in input_lengths.tolist()]
