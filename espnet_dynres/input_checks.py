@@ -525,8 +525,8 @@ def training_min_samples(args: argparse.Namespace) -> int:
     return min_input_samples(int(conf.get("n_fft", 512)), int(conf.get("hop_length", 128)), min_frames)
 
 
-PLUGIN_SWITCHES = {"batch_type": "dynres", "valid_batch_type": "dynres", "frontend": "dynres", "specaug": "dynres",
-                   "model": "token_normalized"}
+PLUGIN_SWITCHES = {"batch_type": ("dynres",), "valid_batch_type": ("dynres",), "frontend": ("dynres",),
+                   "specaug": ("dynres",), "model": ("dynres", "token_normalized")}
 
 
 def plugin_switches_on(args: argparse.Namespace) -> List[str]:
@@ -536,7 +536,8 @@ def plugin_switches_on(args: argparse.Namespace) -> List[str]:
     only when this is non-empty, so importing the plugin leaves a stock
     configuration exactly as ESPnet runs it.
     """
-    return [f"{key}: {value}" for key, value in PLUGIN_SWITCHES.items() if getattr(args, key, None) == value]
+    return [f"{key}: {getattr(args, key)}" for key, values in PLUGIN_SWITCHES.items()
+            if getattr(args, key, None) in values]
 
 
 def check_training_data(args: argparse.Namespace, iter_options) -> None:

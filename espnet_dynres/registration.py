@@ -7,6 +7,7 @@ ESPnet switch      name                    what it is
 =================  ======================  ==============================================
 ``frontend``       ``dynres``              :class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`
 ``specaug``        ``dynres``              :class:`~espnet_dynres.asr.specaug.dynres_specaug.DynResSpecAug`
+``model``          ``dynres``              :class:`~espnet_dynres.asr.dynres_model.DynResASRModel` (ESPnet's loss)
 ``model``          ``token_normalized``    :class:`~espnet_dynres.asr.token_normalized_model.TokenNormalizedASRModel`
 ``batch_type``     ``dynres``              :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
 =================  ======================  ==============================================
@@ -28,7 +29,9 @@ transcripts in a warning (:func:`espnet_dynres.input_checks.check_training_data`
 ``dynres`` builds the ``dynres`` sampler (with CTC safety from the
 transcripts) and :class:`~espnet_dynres.iterators.dynres_iter_factory.DynResIterFactory`
 (a fresh plan every epoch, DDP split, the plan passed as batch key
-``speech_frames``); every other batch type goes to ESPnet's own method.
+``speech_frames``, the argument of ``model: dynres``); every other batch type goes to
+ESPnet's own method.  ``batch_type``, ``frontend`` and ``specaug`` ``dynres`` need
+``model: dynres`` or ``token_normalized`` (:func:`check_model`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from espnet2.tasks import asr as espnet_asr
 from espnet2.tasks.abs_task import AbsTask, IteratorOptions
 
 from espnet_dynres import input_checks
+from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 from espnet_dynres.asr.token_normalized_model import TokenNormalizedASRModel
@@ -57,7 +61,7 @@ from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
 FRONTENDS = {"dynres": DynResFrontend}
 SPECAUGS = {"dynres": DynResSpecAug}
-MODELS = {"token_normalized": TokenNormalizedASRModel}
+MODELS = {"dynres": DynResASRModel, "token_normalized": TokenNormalizedASRModel}
 BATCH_TYPE_DOCS = {
     "dynres": (
         "Dynamic-resolution batches (espnet_dynres): utterances grouped by duration "
@@ -95,13 +99,16 @@ def add_task_arguments(cls, parser: argparse.ArgumentParser) -> None:
 
 
 def check_sampler_arguments(args: argparse.Namespace) -> None:
-    """Refuse options that the chosen iterator would silently ignore.
+    """Refuse options that the chosen iterator or model would silently ignore.
 
     Raises:
         ValueError: a :data:`SAMPLER_ARGUMENTS` option set without ``batch_type``
             or ``valid_batch_type`` ``dynres``; ``batch_type: dynres`` with an
             ``iterator_type`` other than ``sequence`` (only ESPnet's sequence
-            iterator uses a batch sampler).
+            iterator uses a batch sampler); ``batch_type``, ``frontend`` or
+            ``specaug`` ``dynres`` with a model that does not pass the plan and
+            the frame rates (:func:`check_model`); ``frontend_conf.curriculum_epochs``
+            without ``batch_type: dynres`` (the curriculum is part of the sampler's plan).
     """
     dynres = "dynres" in (getattr(args, "batch_type", None), getattr(args, "valid_batch_type", None))
     for name in SAMPLER_ARGUMENTS:
@@ -117,6 +124,37 @@ def check_sampler_arguments(args: argparse.Namespace) -> None:
                 f"batch_type dynres needs {key}: sequence (ESPnet's {kind!r} iterator does not use a batch "
                 f"sampler, so the dynres plan would be ignored); got {key}: {kind}."
             )
+    check_model(args)
+    curriculum = (getattr(args, "frontend_conf", None) or {}).get("curriculum_epochs", 0) or 0
+    if getattr(args, "frontend", None) == "dynres" and curriculum > 0 and getattr(args, "batch_type", None) != "dynres":
+        raise ValueError(
+            f"frontend_conf curriculum_epochs: {curriculum} is applied by the dynres sampler's plan, but batch_type "
+            f"is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove curriculum_epochs."
+        )
+
+
+def check_model(args: argparse.Namespace) -> None:
+    """The dynres switches need a model that passes the plan and the rates as arguments.
+
+    ``batch_type: dynres``, ``frontend: dynres`` and ``specaug: dynres`` need
+    ``model: dynres`` (ESPnet's loss) or ``model: token_normalized`` (per-token
+    loss), i.e. a :class:`DynResASRModel`: with ESPnet's ``model: espnet`` the
+    frontend would never see the sampler's plan and SpecAugment never the rates.
+
+    Raises:
+        ValueError: naming the switches and the two models to choose from.
+    """
+    switches = [f"{key}: dynres" for key in ("batch_type", "frontend", "specaug") if getattr(args, key, None) == "dynres"]
+    name = getattr(args, "model", None)
+    if not switches or name is None:
+        return
+    model_class = espnet_asr.model_choices.classes.get(name)
+    if model_class is None or not issubclass(model_class, DynResASRModel):
+        raise ValueError(
+            f"{', '.join(switches)} needs model: dynres (ESPnet's loss) or model: token_normalized (per-token "
+            f"loss), which pass the sampler's plan to the frontend and the frame rates to SpecAugment; got "
+            f"model: {name}."
+        )
 
 
 def policy_from_args(args: argparse.Namespace) -> FrameRatePolicy:
@@ -216,14 +254,6 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
             "shuffle_within_batch: true moves utterances between batches and breaks the dynres plan; "
             "batch_type dynres already redraws batch composition every epoch. Set shuffle_within_batch false."
         )
-    if iter_options.train and getattr(args, "model", None) != "token_normalized":
-        logging.warning(
-            f"batch_type dynres with model {getattr(args, 'model', None)!r}: the sampler's planned frame counts "
-            "reach the dynres frontend only through model: token_normalized; the frontend recomputes T from each "
-            "batch (identical on one process, but lone oversized utterances are not lowered to the budget and DDP "
-            "ranks may differ)."
-        )
-
     distributed = iter_options.distributed
     world_size = torch.distributed.get_world_size() if distributed else 1
     rank = torch.distributed.get_rank() if distributed else 0
@@ -275,6 +305,9 @@ def build_model(cls, args: argparse.Namespace):
     return _CHECKED_BUILD_MODEL(cls, args)
 
 
+# The plugin's only module-level mutable state, forced by ESPnet: its ASR task keeps the choices
+# (frontend, specaug, model, batch types) and the methods that build the model and the iterators
+# as module/class attributes, with no plugin API, so registration writes into them once per process.
 _registered = False
 
 

@@ -88,22 +88,6 @@ def test_curriculum_starts_at_the_lowest_rates_and_never_exceeds_the_rule(length
     assert per_epoch[4] == per_epoch[5] == rule  # from epoch N + 1 on: the normal rule
 
 
-def test_frontend_follows_the_epoch_recorded_by_the_iterator():
-    import torch
-
-    from espnet_dynres.asr.frontend.dynres import DynResFrontend
-    from espnet_dynres.frame_rate_context import set_epoch
-
-    fe = DynResFrontend(curriculum_epochs=2, **RECIPE_FRONTEND).train()
-    lengths = torch.tensor([16000, 20000, 24000])
-    set_epoch(1)
-    early, _ = fe.frame_counts(lengths)
-    set_epoch(3)
-    late, _ = fe.frame_counts(lengths)
-    set_epoch(None)
-    assert early[0] < late[0] and late[0] == fe.policy.common_frame_count(lengths.tolist())
-
-
 def test_fallback_rule_relaxes_the_lower_limit_then_pads():
     # 1 s and 2.2 s: beyond 130/70, within 130/50 -> common T at rates >= 50 Hz.
     counts, fallback = POLICY.batch_frame_counts([16000, 35200])

@@ -13,6 +13,7 @@ from factory import REPO_ROOT
 def test_names_are_registered_with_espnet():
     assert frontend_choices.get_class("dynres") is registration.FRONTENDS["dynres"]
     assert model_choices.get_class("token_normalized") is registration.MODELS["token_normalized"]
+    assert model_choices.get_class("dynres") is registration.MODELS["dynres"]
     assert "dynres" in BATCH_TYPES
 
 

@@ -12,11 +12,15 @@ from typeguard import typechecked
 from espnet2.asr.espnet_model import ESPnetASRModel
 
 from espnet_dynres import input_checks
-from espnet_dynres.frame_rate_context import SPEECH_FRAMES_KEY, planned_frames
+from espnet_dynres.asr.dynres_model import DynResASRModel
 
 
-class TokenNormalizedASRModel(ESPnetASRModel):
-    """``ESPnetASRModel`` whose loss is a mean per target token, not per utterance.
+class TokenNormalizedASRModel(DynResASRModel):
+    """``model: dynres`` whose loss is a mean per target token, not per utterance.
+
+    Everything but the loss is :class:`~espnet_dynres.asr.dynres_model.DynResASRModel`'s
+    (the sampler's plan to the frontend, the frame rates to SpecAugment), so
+    dynres batches behave the same under either loss.
 
     **Definition.**  For a batch of ``B`` utterances with ``U_b`` target tokens
     each (``text_lengths``, without ``<sos>``/``<eos>``)::
@@ -66,7 +70,7 @@ class TokenNormalizedASRModel(ESPnetASRModel):
     model (:func:`espnet_dynres.input_checks.check_token_normalized_grad_clip`).
 
     **Stats** (besides ESPnet's): ``batch_tokens`` (``N``), ``batch_size`` (``B``), ``ctc_infeasible``,
-    ``empty_transcripts``, and ``frame_rate_fallback`` with the dynres frontend.
+    ``empty_transcripts``, and ``frame_rate_fallback`` with the dynres frontend (``model: dynres``).
     The trainer adds ``grad_norm`` (before clipping) and ``clip`` per step.
 
     Raises:
@@ -172,11 +176,9 @@ class TokenNormalizedASRModel(ESPnetASRModel):
         tokens = text_lengths.sum().to(torch.float32)  # () N, kept on the device (no host sync)
         n = tokens.clamp(min=1.0)  # () n = max(N, 1)
         self._warn("have an empty transcript (only <eos> is trained)", text_lengths == 0)
-        # The dynres sampler's plan (B,) int64 frames per utterance, for the dynres frontend.
-        speech_frames = kwargs.pop(SPEECH_FRAMES_KEY, None)
         try:
-            with planned_frames(speech_frames):
-                loss, stats, _ = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
+            # DynResASRModel.forward: the plan (keyword speech_frames) to the frontend, ESPnet's loss.
+            loss, stats, _ = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
             device = loss.device
             # ESPnet divides every branch sum by B; per token: × B / n (quotient in float64, then the loss dtype).
             scale = (batch_size / n.double()).to(device=device, dtype=loss.dtype)
@@ -193,16 +195,8 @@ class TokenNormalizedASRModel(ESPnetASRModel):
                 counts["ctc_infeasible"] = torch.tensor(float(self._ctc_infeasible))
             for name, value in counts.items():
                 stats[name] = value.to(device=device, dtype=torch.float32).reshape(1)
-            if getattr(self.frontend, "last_batch_fallback", None) is not None:
-                stats["frame_rate_fallback"] = torch.tensor([float(self.frontend.last_batch_fallback)], device=device)
             weight = n.to(device=device, dtype=torch.float32).reshape(1)
         finally:
             self._ctc_infeasible = None
             self._utt_ids = None
         return loss, stats, weight
-
-    def collect_feats(self, speech: torch.Tensor, speech_lengths: torch.Tensor, text: torch.Tensor,
-                      text_lengths: torch.Tensor, **kwargs) -> Dict[str, torch.Tensor]:
-        """ESPnet's ``collect_feats`` (standard rate); the plan ``speech_frames`` is not a feature."""
-        kwargs.pop(SPEECH_FRAMES_KEY, None)
-        return super().collect_feats(speech, speech_lengths, text, text_lengths, **kwargs)

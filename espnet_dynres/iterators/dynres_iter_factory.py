@@ -11,9 +11,11 @@ from torch.utils.data import DataLoader
 from espnet2.iterators.abs_iter_factory import AbsIterFactory
 from espnet2.iterators.sequence_iter_factory import worker_init_fn
 
-from espnet_dynres.frame_rate_context import SPEECH_FRAMES_KEY, set_epoch
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
+# Batch key of the sampler's plan, (B,) int64 feature frames per utterance; the name of the
+# speech_frames argument of DynResASRModel.forward (ESPnet passes batch keys as keyword arguments).
+SPEECH_FRAMES_KEY = "speech_frames"
 PlannedItem = Tuple[str, int]  # (utterance id, planned feature frames)
 
 
@@ -57,7 +59,8 @@ class DynResIterFactory(AbsIterFactory):
       :meth:`DynResBatchSampler.batches_for_epoch` ``(e)`` — new composition and
       order, deterministic in ``(seed, e)``, so ``--resume true`` rebuilds the
       same epoch.  Every item carries its planned frame count, which reaches the
-      model as batch key ``speech_frames`` ``(B,)`` int64.
+      model as batch key ``speech_frames`` ``(B,)`` int64; the plan already holds
+      the epoch's resolution curriculum, so nothing else needs the epoch.
     * With ``num_iters_per_epoch = n``: the epochs' plans are concatenated into
       one stream (plan 1, plan 2, ...) and epoch ``e`` takes stream items
       ``(e - 1) n`` to ``e n - 1``; every utterance is still seen exactly once per
@@ -139,7 +142,6 @@ class DynResIterFactory(AbsIterFactory):
         return out
 
     def build_iter(self, epoch: int, shuffle: Optional[bool] = None) -> DataLoader:
-        set_epoch(epoch)
         common = dict(
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,

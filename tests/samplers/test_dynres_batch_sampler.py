@@ -8,7 +8,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
-from espnet_dynres.frame_rate_context import planned_frames
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import RECIPE_FRONTEND, write_shape_files
@@ -127,8 +126,7 @@ def test_frontend_computes_the_planned_frames(tmp_path):
             continue  # keep the test fast: the frame counts matter, not the audio
         lengths = torch.tensor([utt2samples[k] for k in batch])
         speech = torch.randn(len(batch), int(lengths.max())) * 0.1
-        with planned_frames(torch.tensor(per_utt)):
-            feats, feats_lengths = frontend(speech, lengths)
+        feats, feats_lengths = frontend(speech, lengths, speech_frames=torch.tensor(per_utt))
         assert feats_lengths.tolist() == list(per_utt)
         assert feats.shape[1] == per_utt[0]
         checked += 1
@@ -223,18 +221,16 @@ def test_frontend_computes_a_padded_batch_at_its_planned_rates():
     frontend = DynResFrontend(**RECIPE_FRONTEND).train()
     lengths = torch.tensor([16000 * 4, 16000])  # 4 s and 1 s: no common T inside the clamp
     plan = torch.tensor([201, 51])  # each at 50 Hz
-    with planned_frames(plan):
-        feats, feats_lengths = frontend(torch.randn(2, 16000 * 4) * 0.1, lengths)
+    feats, feats_lengths, _, fallback = frontend.features(torch.randn(2, 16000 * 4) * 0.1, lengths, plan)
     assert feats_lengths.tolist() == [201, 51] and feats.shape[1] == 201
-    assert bool((feats[1, 51:] == 0).all()) and not frontend.last_batch_fallback
+    assert bool((feats[1, 51:] == 0).all()) and not fallback
 
 
 def test_frontend_refuses_a_plan_it_cannot_produce():
     frontend = DynResFrontend(**RECIPE_FRONTEND).train()
     lengths = torch.tensor([16000, 8000])
-    with planned_frames(torch.tensor([101, 101])):  # 0.5 s cannot take 101 frames (max 66 at 130 Hz)
-        with pytest.raises(ValueError, match="same frontend_conf"):
-            frontend(torch.zeros(2, 16000), lengths)
+    with pytest.raises(ValueError, match="same frontend_conf"):  # 0.5 s cannot take 101 frames (max 66 at 130 Hz)
+        frontend(torch.zeros(2, 16000), lengths, speech_frames=torch.tensor([101, 101]))
 
 
 def test_mismatched_shape_files_name_the_keys(tmp_path):

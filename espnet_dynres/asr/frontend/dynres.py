@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -17,7 +17,6 @@ from espnet2.layers.log_mel import LogMel
 from espnet2.layers.stft import Stft
 
 from espnet_dynres import input_checks
-from espnet_dynres.frame_rate_context import current_epoch, current_planned_frames, set_frame_rates
 from espnet_dynres.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
@@ -28,7 +27,7 @@ FILTERBANKS = ("original", "resampled")
 
 
 def float32_features(forward):
-    """Run a frontend's ``forward(input, input_lengths)`` in float32 with autocast off.
+    """Run a frontend's ``forward(input, input_lengths, ...)`` in float32 with autocast off.
 
     Under mixed precision (ESPnet's ``--use_amp true``, ``torch.autocast``) the
     mel matmul and the resampling convolution would run in bfloat16/float16:
@@ -39,11 +38,29 @@ def float32_features(forward):
     """
 
     @functools.wraps(forward)
-    def wrapped(self, input: torch.Tensor, input_lengths: torch.Tensor):
+    def wrapped(self, input: torch.Tensor, input_lengths: torch.Tensor, *args, **kwargs):
         with torch.autocast(device_type=input.device.type, enabled=False):
-            return forward(self, input.float(), input_lengths)
+            return forward(self, input.float(), input_lengths, *args, **kwargs)
 
     return wrapped
+
+
+class DynResFeatures(NamedTuple):
+    """What one :meth:`DynResFrontend.features` call computed, returned as values (no state kept).
+
+    Attributes:
+        feats: ``(B, T_frames, n_mels)`` float32 log-mel, padded frames 0.
+        feats_lengths: ``(B,)`` int64 frames per utterance before padding.
+        frame_rates_hz: ``(B,)`` float32 frame rate of each utterance in Hz, or ``None``
+            when every utterance ran at the standard rate (outside a training step, or a
+            fallback batch).
+        fallback: the batch was a fallback batch (no common frame count; standard rate, padded).
+    """
+
+    feats: torch.Tensor
+    feats_lengths: torch.Tensor
+    frame_rates_hz: Optional[torch.Tensor]
+    fallback: bool
 
 
 class DynResFrontend(AbsFrontend):
@@ -58,7 +75,7 @@ class DynResFrontend(AbsFrontend):
     (100 Hz).  For ``fs: 8k`` give ``win_length: 200, hop_length: 80, n_fft:
     256`` (rates stay rates, hops are samples).  ``min_frame_rate_hz``, ``max_frame_rate_hz``,
     ``fallback_frame_rate_hz`` (Hz; omitted: 0.7, 1.3 and 0.5 × the standard
-    rate ``fs / hop_length``, i.e. 70, 130 and 50 Hz at 100 Hz), ``curriculum_epochs`` and
+    rate ``fs / hop_length``, i.e. 70, 130 and 50 Hz at 100 Hz), ``curriculum_epochs`` (applied by the sampler's plan; needs ``batch_type: dynres``) and
     ``target_frame_rate_hz`` (the mean rate a batch aims at, Hz; omitted: the
     standard rate, i.e. each batch gets its mean standard frame count; lower
     targets cost fewer encoder frames, measured in ``docs/benchmarks.md``)
@@ -98,8 +115,12 @@ class DynResFrontend(AbsFrontend):
       i.e. identical to ``DefaultFrontend`` with the same settings, for both
       methods.
 
-    Every forward records the utterances' frame rates for ``specaug: dynres``
-    (:mod:`espnet_dynres.frame_rate_context`).
+    The plan and the rates travel as arguments and return values, never as
+    state: :meth:`features` takes the sampler's plan (``speech_frames``) and
+    returns the frame rates with the features (:class:`DynResFeatures`);
+    ``model: dynres`` (:class:`~espnet_dynres.asr.dynres_model.DynResASRModel`)
+    passes the plan in and the rates on to ``specaug: dynres``.  ``forward`` without
+    ``with_rates`` is the :class:`AbsFrontend` interface (features and lengths only).
 
     Raises:
         ValueError: an odd ``n_fft``, ``win_length`` outside ``1..n_fft``, an
@@ -177,8 +198,7 @@ class DynResFrontend(AbsFrontend):
         )
         self.logmel = LogMel(fs=fs, **self._mel_options)
         self.frontend_type = "dynres"
-        self.num_fallback_batches = 0
-        self.last_batch_fallback = False
+        self.num_fallback_batches = 0  # a running count for the log message only
 
     def output_size(self) -> int:
         return self.n_mels
@@ -187,10 +207,23 @@ class DynResFrontend(AbsFrontend):
         """True when the next forward uses per-utterance frame rates (a training step)."""
         return self.training and torch.is_grad_enabled()
 
+    def features(
+        self, input: torch.Tensor, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None
+    ) -> DynResFeatures:
+        """``self(input, input_lengths, speech_frames, with_rates=True)``: features, lengths, rates, fallback.
+
+        Goes through ``__call__``, so forward hooks on the frontend see every call.
+        """
+        return self(input, input_lengths, speech_frames, with_rates=True)
+
     @float32_features
     def forward(
-        self, input: torch.Tensor, input_lengths: torch.Tensor
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        self,
+        input: torch.Tensor,
+        input_lengths: torch.Tensor,
+        speech_frames: Optional[torch.Tensor] = None,
+        with_rates: bool = False,
+    ) -> Union[Tuple[torch.Tensor, torch.Tensor], DynResFeatures]:
         """Log-mel features, computed in float32 with autocast off (:func:`float32_features`).
 
         Args:
@@ -199,18 +232,29 @@ class DynResFrontend(AbsFrontend):
                 in ``DefaultFrontend``, the first channel is used in ``eval()``
                 and a random one in train mode (collect-stats).
             input_lengths: ``(B,)`` int64, samples before padding.
+            speech_frames: ``(B,)`` int64 feature frames per utterance planned by
+                ``batch_type: dynres`` (batch key ``speech_frames``), used in a
+                training step (checked by :meth:`check_planned_frames`); ``None``:
+                the policy's batch rule (:meth:`FrameRatePolicy.batch_frame_counts`,
+                no curriculum: only the sampler's plan carries it).  Ignored
+                outside a training step (standard rate).
+            with_rates: return :class:`DynResFeatures` (as :meth:`features`)
+                instead of the :class:`AbsFrontend` pair ``(feats, feats_lengths)``.
 
         Returns:
-            feats ``(B, T_frames, n_mels)`` float32 (natural-log mel power,
-            padded frames 0) and feats_lengths ``(B,)`` int64, the frames
-            computed per utterance.  In a training step every length equals
-            ``T_frames`` except in a fallback batch (standard rate) or a planned
-            padded batch (each utterance at its own planned count).
+            ``(feats, feats_lengths)``, or with ``with_rates`` a
+            :class:`DynResFeatures`: feats ``(B, T_frames, n_mels)`` float32
+            (natural-log mel power, padded frames 0), feats_lengths ``(B,)``
+            int64 (in a training step all equal to ``T_frames`` except in a
+            fallback batch or a planned padded batch, where each utterance has
+            its own count), the frame rates ``(B,)`` Hz (``None`` at the
+            standard rate) and the fallback flag.
 
         Raises:
             ValueError: multi-channel input in a training step (the plan is per
                 utterance and channel choice is not: down-mix the data), an input
-                that is neither 2-D nor 3-D, or NaN/inf samples.
+                that is neither 2-D nor 3-D, NaN/inf samples, or a plan this
+                policy cannot produce.
         """
         if input.dim() == 3 and not self.is_dynamic():
             # (B, T_samples, C) -> (B, T_samples): DefaultFrontend's channel choice (its STFT is per channel).
@@ -230,43 +274,43 @@ class DynResFrontend(AbsFrontend):
         # NaN/inf samples are refused; short inputs (even 0 samples) are reflected/zero-padded as
         # DefaultFrontend does, so decoding writes a hypothesis for every utterance (issue #3).
         input_checks.check_speech_batch(input, input_lengths, min_samples=0)
-        self.last_batch_fallback = False
+        fallback = False
         if self.is_dynamic():
-            feats_lengths, fallback = self.frame_counts(input_lengths)
+            feats_lengths, fallback = self.frame_counts(input_lengths, speech_frames)
             if not fallback:
                 if self.method == "hop":
                     feats, rates = self.hop_logmel(input, input_lengths, feats_lengths)
                 else:
                     feats, rates = self.resample_logmel(input, input_lengths, feats_lengths)
-                set_frame_rates(rates)
-                return feats, feats_lengths
+                out = DynResFeatures(feats, feats_lengths, rates, False)
+                return out if with_rates else (out.feats, out.feats_lengths)
             self._count_fallback(input_lengths)
-        set_frame_rates(None)
         # float32 for the features whatever autocast does around us.
         stft, feats_lengths = self.stft(input.float(), input_lengths)  # (B, T_frames, F, 2)
         power = stft[..., 0] ** 2 + stft[..., 1] ** 2  # (B, T_frames, F)
         feats, _ = self.logmel(power, feats_lengths)
-        return feats, feats_lengths
+        return DynResFeatures(feats, feats_lengths, None, fallback) if with_rates else (feats, feats_lengths)
 
-    def frame_counts(self, input_lengths: torch.Tensor) -> Tuple[torch.Tensor, bool]:
+    def frame_counts(
+        self, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, bool]:
         """Frames per utterance for a training step.
 
-        The sampler's plan when the model passes one
-        (:func:`espnet_dynres.frame_rate_context.planned_frames`, checked by
+        The sampler's plan ``speech_frames`` when given (checked by
         :meth:`check_planned_frames`), else the policy's batch rule.
 
         Args:
             input_lengths: ``(B,)`` int64 samples.
+            speech_frames: ``(B,)`` int64 planned frames, or ``None``.
 
         Returns:
             ``(feats_lengths (B,) int64, fallback)``; without a plan and outside fallback all
             lengths equal the batch's ``T``.
         """
         lengths = [int(n) for n in input_lengths.tolist()]
-        planned = current_planned_frames()
-        if planned is not None:
-            return self.check_planned_frames(lengths, planned.to(input_lengths.device))
-        counts, fallback = self.policy.batch_frame_counts(lengths, current_epoch())
+        if speech_frames is not None:
+            return self.check_planned_frames(lengths, speech_frames.to(input_lengths.device))
+        counts, fallback = self.policy.batch_frame_counts(lengths)
         return torch.tensor(counts, dtype=torch.long, device=input_lengths.device), fallback
 
     def check_planned_frames(self, lengths: List[int], planned: torch.Tensor) -> Tuple[torch.Tensor, bool]:
@@ -310,7 +354,6 @@ class DynResFrontend(AbsFrontend):
 
     def _count_fallback(self, input_lengths: torch.Tensor) -> None:
         self.num_fallback_batches += 1
-        self.last_batch_fallback = True
         secs = [n / self.fs for n in input_lengths.tolist()]
         logging.warning(
             f"dynres frontend: batch of {len(secs)} utterances ({min(secs):.2f}-{max(secs):.2f} s) has no "

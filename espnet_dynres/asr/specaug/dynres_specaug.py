@@ -11,8 +11,6 @@ from espnet2.asr.specaug.abs_specaug import AbsSpecAug
 from espnet2.layers.mask_along_axis import MaskAlongAxis, MaskAlongAxisVariableMaxWidth
 from espnet2.layers.time_warp import time_warp
 
-from espnet_dynres.frame_rate_context import take_frame_rates
-
 
 def _pair(value, name: str) -> Tuple:
     if isinstance(value, (int, float)):
@@ -27,11 +25,12 @@ class DynResSpecAug(AbsSpecAug):
 
     Same keys as ESPnet's ``SpecAug``.  Widths given in frames
     (``time_mask_width_range``, ``time_warp_window``) are frames **at the
-    standard frame rate** ``standard_frame_rate_hz``; for an utterance
-    computed at ``r`` Hz they are scaled by ``r / standard_frame_rate_hz``
+    standard frame rate** (the frontend's ``fs / hop_length``); for an
+    utterance computed at ``r`` Hz they are scaled by ``r / standard rate``
     (rounded), so a mask covers the same seconds (±1 frame) at 70, 100 or
-    130 Hz.  The rates come from the ``dynres`` frontend
-    (:mod:`espnet_dynres.frame_rate_context`); without them (standard rate,
+    130 Hz.  The ratios ``r / standard rate`` are an argument of
+    :meth:`forward` (``frame_rate_ratios``), passed by ``model: dynres``
+    from the ``dynres`` frontend's output; without them (standard rate,
     another frontend) the scale is 1 and this equals ESPnet's ``SpecAug``
     up to random draws.  Ratio widths (``time_mask_width_ratio_range``) are a
     fraction of each utterance and so already rate-invariant; they are passed
@@ -59,7 +58,6 @@ class DynResSpecAug(AbsSpecAug):
         time_mask_width_ratio_range: Optional[Union[float, Sequence[float]]] = None,
         num_time_mask: int = 2,
         replace_with_zero: bool = True,
-        standard_frame_rate_hz: float = 100.0,
     ):
         if not (apply_time_warp or apply_freq_mask or apply_time_mask):
             raise ValueError("specaug dynres: enable at least one of time warp, freq mask, time mask")
@@ -68,10 +66,7 @@ class DynResSpecAug(AbsSpecAug):
                 "specaug dynres: give exactly one of time_mask_width_range (frames at the standard rate) "
                 "or time_mask_width_ratio_range (fraction of the utterance)"
             )
-        if standard_frame_rate_hz <= 0:
-            raise ValueError(f"standard_frame_rate_hz must be > 0, got {standard_frame_rate_hz}")
         super().__init__()
-        self.standard_frame_rate_hz = float(standard_frame_rate_hz)
         self.apply_time_warp = apply_time_warp
         self.time_warp_window = time_warp_window
         self.time_warp_mode = time_warp_mode
@@ -92,31 +87,39 @@ class DynResSpecAug(AbsSpecAug):
         self.num_time_mask = num_time_mask
         self.replace_with_zero = replace_with_zero
 
-    def rate_ratio(self, batch: int, device: torch.device) -> torch.Tensor:
-        """``(B,)`` float: each utterance's frame rate / the standard rate (1 if none were recorded).
+    def forward(
+        self,
+        x: torch.Tensor,
+        x_lengths: Optional[torch.Tensor] = None,
+        frame_rate_ratios: Optional[torch.Tensor] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Time warp, frequency masks and time masks, frame widths scaled per utterance.
 
-        Takes the rates the ``dynres`` frontend recorded for this batch (read once).
+        Args:
+            x: feats ``(B, T_frames, n_mels)``.
+            x_lengths: ``(B,)`` int64 frames before padding (``None``: all ``T_frames``).
+            frame_rate_ratios: ``(B,)`` float, each utterance's frame rate divided by
+                the standard rate (``None``: all 1, ESPnet's ``SpecAug``).
+
+        Returns:
+            augmented feats ``(B, T_frames, n_mels)`` and ``x_lengths``.
 
         Raises:
-            ValueError: recorded rates for a batch of another size (a frontend other
-                than ``dynres`` ran in between).
+            ValueError: ``frame_rate_ratios`` not of shape ``(B,)`` or not positive.
         """
-        rates = take_frame_rates()
-        if rates is None:
-            return torch.ones(batch, device=device)
-        if rates.numel() != batch:
-            raise ValueError(
-                f"specaug dynres: the frontend recorded frame rates for {rates.numel()} utterances, but the "
-                f"features have {batch}; use frontend: dynres with specaug: dynres in the same model."
-            )
-        return rates.to(device=device, dtype=torch.float32) / self.standard_frame_rate_hz
-
-    def forward(self, x: torch.Tensor, x_lengths: Optional[torch.Tensor] = None):
         assert x.dim() == 3, f"feats must be (B, T_frames, n_mels), got {tuple(x.shape)}"
         batch, t_max = x.shape[0], x.shape[1]
         if x_lengths is None:
             x_lengths = torch.full((batch,), t_max, dtype=torch.long, device=x.device)
-        ratio = self.rate_ratio(batch, x.device)  # (B,)
+        if frame_rate_ratios is None:
+            ratio = torch.ones(batch, device=x.device)
+        elif frame_rate_ratios.shape != (batch,) or not bool((frame_rate_ratios > 0).all()):
+            raise ValueError(
+                f"specaug dynres: frame_rate_ratios must be (B,)=({batch},) positive values, got shape "
+                f"{tuple(frame_rate_ratios.shape)}; pass the dynres frontend's rates / its standard rate."
+            )
+        else:
+            ratio = frame_rate_ratios.to(device=x.device, dtype=torch.float32)  # (B,)
         if self.apply_time_warp:
             x = self._time_warp(x, x_lengths, ratio)
         if self.freq_mask is not None:

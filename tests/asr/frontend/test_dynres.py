@@ -4,7 +4,6 @@ import torch
 
 from espnet2.asr.frontend.default import DefaultFrontend
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
-from espnet_dynres.frame_rate_context import current_frame_rates
 from factory import RECIPE_FRONTEND, pad_batch, real_utterances
 
 METHODS = ["hop", "resample"]
@@ -132,15 +131,19 @@ def test_training_batch_has_one_frame_count_and_no_padding(feasible_batch, metho
     fe = DynResFrontend(method=method, **RECIPE_FRONTEND).train()
     t = fe.policy.common_frame_count(lengths.tolist())
     assert t is not None
-    feats, feats_lengths = fe(speech, lengths)
+    out = fe.features(speech, lengths)
+    feats, feats_lengths = out.feats, out.feats_lengths
     assert feats.shape == (5, t, 80)
     assert feats_lengths.tolist() == [t] * 5
     # no frame is padding: every frame has real (non-zero, finite) log-mel values
     assert torch.isfinite(feats).all()
     assert (feats.abs().sum(-1) > 0).all()
-    rates = current_frame_rates().tolist()
+    rates = out.frame_rates_hz.tolist()
     assert all(70 <= r <= 130 for r in rates) and max(rates) - min(rates) > 1.0
-    assert not fe.last_batch_fallback
+    assert not out.fallback
+    # forward is the AbsFrontend view of the same computation
+    forward_feats, forward_lengths = fe(speech, lengths)
+    assert torch.equal(forward_feats, feats) and torch.equal(forward_lengths, feats_lengths)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -163,8 +166,7 @@ def test_resample_snaps_rates_to_a_grid_and_keeps_exact_frame_counts(feasible_ba
     assert all(r % fe.resample_grid_hz == 0 for r in new_rates)
     assert len(set(new_rates)) > 1
     # The hop correction after snapping is small: actual rates within half a grid step of the ideal.
-    fe(speech, lengths)
-    actual = current_frame_rates()
+    actual = fe.features(speech, lengths).frame_rates_hz
     ideal = torch.tensor([fe.policy.frame_rate_hz(n, int(counts[0])) for n in lengths.tolist()])
     step_hz = fe.resample_grid_hz / fe.hop_length
     assert ((actual - ideal).abs() <= step_hz / 2 + 1e-3).all()
@@ -200,12 +202,13 @@ def test_batch_without_common_frame_count_falls_back_to_standard_rate_with_paddi
     speech, lengths = pad_batch([short, long])
     fe = DynResFrontend(**RECIPE_FRONTEND).train()
     assert fe.policy.common_frame_count(lengths.tolist(), min_rate_hz=50.0) is None
-    feats, feats_lengths = fe(speech, lengths)
+    out = fe.features(speech, lengths)
+    feats, feats_lengths = out.feats, out.feats_lengths
     ref, ref_lengths = default_frontend().eval()(speech, lengths)
-    assert torch.equal(feats_lengths, ref_lengths) and fe.last_batch_fallback
+    assert torch.equal(feats_lengths, ref_lengths) and out.fallback
     assert fe.num_fallback_batches == 1
     assert (feats - ref).abs().max().item() <= 1e-4
-    assert current_frame_rates() is None
+    assert out.frame_rates_hz is None
 
 
 def test_rates_between_fallback_and_min_are_used_without_padding():
@@ -214,8 +217,8 @@ def test_rates_between_fallback_and_min_are_used_without_padding():
     assert 130 / 70 < ratio < 130 / 50, ratio  # beyond the clamp, within the fallback
     speech, lengths = pad_batch([one, two])
     fe = DynResFrontend(**RECIPE_FRONTEND).train()
-    feats, feats_lengths = fe(speech, lengths)
-    assert len(set(feats_lengths.tolist())) == 1 and not fe.last_batch_fallback
+    out = fe.features(speech, lengths)
+    assert len(set(out.feats_lengths.tolist())) == 1 and not out.fallback
 
 
 def test_8k_configuration_gives_100_hz_in_eval_and_one_frame_count_in_training():

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
-from espnet_dynres.frame_rate_context import set_frame_rates
 
 
 def masked_frames(out: torch.Tensor) -> torch.Tensor:
@@ -19,9 +18,8 @@ def test_time_mask_covers_the_same_seconds_at_70_100_130_hz(seed):
         x = torch.ones(1, t, 8)
         aug = DynResSpecAug(apply_time_warp=False, apply_freq_mask=False, time_mask_width_range=[10, 40],
                             num_time_mask=1)
-        set_frame_rates(torch.tensor([rate]))
         torch.manual_seed(seed)
-        out, _ = aug(x, torch.tensor([t]))
+        out, _ = aug(x, torch.tensor([t]), frame_rate_ratios=torch.tensor([rate / 100.0]))
         seconds.append((masked_frames(out)[0].item(), rate))
     width_std = seconds[1][0]  # frames at 100 Hz
     for frames, rate in seconds:
@@ -34,22 +32,19 @@ def test_per_utterance_rates_in_one_batch():
     x = torch.ones(3, 300, 8)
     aug = DynResSpecAug(apply_time_warp=False, apply_freq_mask=False, time_mask_width_range=[30, 30],
                         num_time_mask=1)
-    set_frame_rates(rates)
-    out, _ = aug(x, torch.tensor([300, 300, 300]))
+    out, _ = aug(x, torch.tensor([300, 300, 300]), frame_rate_ratios=rates / 100.0)
     assert masked_frames(out).tolist() == [21, 30, 39]
 
 
 def test_tiny_inputs_are_not_an_exception():
     aug = DynResSpecAug(time_warp_window=5, time_mask_width_range=[0, 40], freq_mask_width_range=[0, 4])
-    set_frame_rates(torch.tensor([130.0, 70.0]))
     x = torch.randn(2, 3, 8)
-    out, lengths = aug(x, torch.tensor([3, 1]))
+    out, lengths = aug(x, torch.tensor([3, 1]), frame_rate_ratios=torch.tensor([1.3, 0.7]))
     assert out.shape == x.shape and lengths.tolist() == [3, 1]
     assert masked_frames(out)[1] <= 1  # a 1-frame utterance: its time mask does not spill into frames 1-2
 
 
 def test_ratio_masks_and_standard_rate_need_no_rates():
-    set_frame_rates(None)
     aug = DynResSpecAug(apply_time_warp=True, time_mask_width_ratio_range=[0.0, 0.1])
     x = torch.randn(2, 50, 8)
     out, _ = aug(x, torch.tensor([50, 40]))
@@ -63,26 +58,11 @@ def test_time_mask_options_are_checked():
         DynResSpecAug()
 
 
-def test_recorded_rates_are_read_once_and_a_size_mismatch_is_an_error():
-    from espnet_dynres.frame_rate_context import current_frame_rates
-
+def test_no_ratios_is_the_standard_rate_and_bad_ratios_are_an_error():
     aug = DynResSpecAug(apply_time_warp=False, apply_freq_mask=False, time_mask_width_range=[30, 30], num_time_mask=1)
-    set_frame_rates(torch.tensor([70.0, 130.0]))
-    aug(torch.ones(2, 300, 8), torch.tensor([300, 300]))
-    assert current_frame_rates() is None  # consumed: a later batch cannot read them
     out, _ = aug(torch.ones(2, 300, 8), torch.tensor([300, 300]))
-    assert masked_frames(out).tolist() == [30, 30]  # no rates: the standard rate
-    set_frame_rates(torch.tensor([70.0, 100.0, 130.0]))
-    with pytest.raises(ValueError, match="recorded frame rates for 3 utterances, but the features have 2"):
-        aug(torch.ones(2, 300, 8), torch.tensor([300, 300]))
-
-
-def test_the_model_forward_leaves_no_rates_behind():
-    from espnet_dynres.frame_rate_context import current_frame_rates
-    from factory import build_tiny_model, pad_batch, random_text, real_utterances
-
-    model = build_tiny_model().train()  # dynres frontend, no SpecAugment: nothing reads the rates
-    speech, lengths = pad_batch(real_utterances(2))
-    text, text_lengths = random_text(2, 3)
-    model(speech, lengths, text, text_lengths)
-    assert current_frame_rates() is None
+    assert masked_frames(out).tolist() == [30, 30]  # no ratios: the standard rate
+    with pytest.raises(ValueError, match=r"must be \(B,\)=\(2,\) positive values, got shape \(3,\)"):
+        aug(torch.ones(2, 300, 8), torch.tensor([300, 300]), frame_rate_ratios=torch.tensor([0.7, 1.0, 1.3]))
+    with pytest.raises(ValueError, match="positive"):
+        aug(torch.ones(2, 300, 8), torch.tensor([300, 300]), frame_rate_ratios=torch.tensor([0.0, 1.0]))

@@ -1,0 +1,169 @@
+"""``model: dynres`` — ESPnet's CTC/attention model and loss, fed by the dynres sampler's plan."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Dict, Optional, Tuple
+
+import torch
+from typeguard import typechecked
+
+from espnet2.asr.espnet_model import ESPnetASRModel
+
+from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
+
+
+class DynResASRModel(ESPnetASRModel):
+    """``ESPnetASRModel`` that passes the ``dynres`` plan and frame rates as arguments.
+
+    The loss, the batch weight and every ESPnet stat are ESPnet's own
+    (per utterance); ``model: token_normalized``
+    (:class:`~espnet_dynres.asr.token_normalized_model.TokenNormalizedASRModel`)
+    subclasses this class and changes only the loss.  What this class adds is
+    independent of the loss:
+
+    1. **The plan.**  ``forward(..., speech_frames=(B,) int64)`` (the batch key
+       the ``dynres`` iterator adds) reaches the ``dynres`` frontend as the
+       argument of :meth:`DynResFrontend.features`, which computes exactly
+       those frame counts in a training step (or raises).  Without it (another
+       ``batch_type``) the frontend applies the policy's batch rule.
+    2. **The rates.**  The frontend returns each utterance's frame rate; they
+       reach ``specaug: dynres`` as ``frame_rate_ratios`` ``(B,)`` = rate /
+       the frontend's standard rate (``fs / hop_length``, the one place it is
+       configured), so its time masks keep their width in seconds.
+       To call SpecAugment with that argument this model applies a
+       :class:`DynResSpecAug` itself, right after the frontend and before
+       ``normalize``, as ESPnet's ``encode`` would: it is held as
+       ``self.dynres_specaug`` and ESPnet's ``self.specaug`` is ``None``
+       (SpecAugment has no parameters, so checkpoints are unchanged).  Any
+       other ``specaug`` is left to ESPnet.
+    3. **Stat** ``frame_rate_fallback`` (1 for a fallback batch) with the
+       ``dynres`` frontend.
+
+    Why one attribute of per-forward state (``self._speech_frames``): ESPnet's
+    ``forward`` calls ``self.encode(speech, speech_lengths)``, which calls
+    ``self._extract_feats(speech, speech_lengths)``; neither has room for the
+    plan.  It is set at the start of :meth:`forward` and cleared in its
+    ``finally``, on the module object that runs the forward (a
+    ``DataParallel`` replica has its own), so nothing outlives the batch.
+
+    Decoding (``eval()``) and collect-stats (``torch.no_grad()``) run at the
+    standard rate without SpecAugment, as ESPnet's model with
+    ``DefaultFrontend``.
+    """
+
+    @typechecked
+    def __init__(self, *args, **kwargs):
+        arguments = inspect.signature(ESPnetASRModel.__init__).bind(None, *args, **kwargs).arguments
+        arguments.pop("self")
+        specaug = arguments.get("specaug")
+        dynres_specaug = None
+        if isinstance(specaug, DynResSpecAug):  # applied by _extract_feats, with the rates (class docstring)
+            dynres_specaug, arguments["specaug"] = specaug, None
+        super().__init__(**arguments)
+        self.dynres_specaug: Optional[DynResSpecAug] = dynres_specaug
+        self._speech_frames: Optional[torch.Tensor] = None  # (B,) the plan of the running forward only
+        self._fallback: Optional[bool] = None  # the running forward's fallback flag, for its stat
+
+    def forward(
+        self,
+        speech: torch.Tensor,
+        speech_lengths: torch.Tensor,
+        text: torch.Tensor,
+        text_lengths: torch.Tensor,
+        speech_frames: Optional[torch.Tensor] = None,
+        **kwargs,
+    ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor], torch.Tensor]:
+        """ESPnet's forward (frontend, SpecAugment, encoder, CTC/attention loss) with the plan.
+
+        Args:
+            speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples.
+            text: ``(B, L_tokens)`` int64 padded with ``ignore_id``; text_lengths ``(B,)`` int64.
+            speech_frames: ``(B,)`` int64 feature frames per utterance planned by
+                ``batch_type: dynres``, or ``None``.
+            kwargs: passed to ESPnet (e.g. ``utt_id``).
+
+        Returns:
+            ESPnet's ``(loss, stats, weight)``, plus stat ``frame_rate_fallback``
+            with the ``dynres`` frontend.
+
+        Raises:
+            ValueError: ``speech_frames`` given with a frontend other than ``dynres``,
+                or not of shape ``(B,)``.
+        """
+        if speech_frames is not None:
+            if not isinstance(self.frontend, DynResFrontend):
+                raise ValueError(
+                    f"speech_frames (the dynres sampler's plan) needs frontend: dynres, got "
+                    f"{type(self.frontend).__name__}; set frontend: dynres or use another batch_type."
+                )
+            if speech_frames.shape != speech_lengths.shape:
+                raise ValueError(
+                    f"speech_frames must be (B,) like speech_lengths {tuple(speech_lengths.shape)}, got "
+                    f"{tuple(speech_frames.shape)}"
+                )
+        self._speech_frames = speech_frames
+        self._fallback = None
+        try:
+            loss, stats, weight = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
+            if self._fallback is not None:
+                stats["frame_rate_fallback"] = torch.tensor([float(self._fallback)], device=loss.device)
+        finally:
+            self._speech_frames = None
+            self._fallback = None
+        return loss, stats, weight
+
+    def frontend_features(
+        self, speech: torch.Tensor, speech_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        """The frontend's output and each utterance's frame-rate ratio.
+
+        Args:
+            speech: ``(B, T_samples)`` float32 (padded); speech_lengths ``(B,)`` int64.
+            speech_frames: ``(B,)`` int64 plan for the ``dynres`` frontend, or ``None``.
+
+        Returns:
+            feats ``(B, T_frames, n_mels)``, feats_lengths ``(B,)`` int64 and
+            ``(B,)`` float32 frame rate / standard rate (``None`` at the standard rate).
+        """
+        if not isinstance(self.frontend, DynResFrontend):
+            feats, feats_lengths = super()._extract_feats(speech, speech_lengths)
+            return feats, feats_lengths, None
+        assert speech_lengths.dim() == 1, f"speech_lengths must be (B,), got {tuple(speech_lengths.shape)}"
+        speech = speech[:, : speech_lengths.max()]  # as ESPnet's _extract_feats (DataParallel padding)
+        out = self.frontend.features(speech, speech_lengths, speech_frames)
+        self._fallback = out.fallback
+        ratios = None
+        if out.frame_rates_hz is not None:
+            ratios = out.frame_rates_hz / self.frontend.policy.standard_frame_rate_hz  # (B,)
+        return out.feats, out.feats_lengths, ratios
+
+    def _extract_feats(
+        self, speech: torch.Tensor, speech_lengths: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Frontend (with this forward's plan), then ``specaug: dynres`` (with the rates) in training.
+
+        Called by ESPnet's ``encode`` inside its autocast block, before ``normalize``.
+        """
+        feats, feats_lengths, ratios = self.frontend_features(speech, speech_lengths, self._speech_frames)
+        if self.dynres_specaug is not None and self.training:
+            feats, feats_lengths = self.dynres_specaug(feats, feats_lengths, frame_rate_ratios=ratios)
+        return feats, feats_lengths
+
+    def collect_feats(
+        self,
+        speech: torch.Tensor,
+        speech_lengths: torch.Tensor,
+        text: torch.Tensor,
+        text_lengths: torch.Tensor,
+        speech_frames: Optional[torch.Tensor] = None,
+        **kwargs,
+    ) -> Dict[str, torch.Tensor]:
+        """ESPnet's ``collect_feats``: the frontend's features without SpecAugment (collect-stats).
+
+        ``speech_frames`` is accepted and not used: collect-stats runs under ``torch.no_grad()``,
+        i.e. at the standard rate.
+        """
+        feats, feats_lengths, _ = self.frontend_features(speech, speech_lengths)
+        return {"feats": feats, "feats_lengths": feats_lengths}
