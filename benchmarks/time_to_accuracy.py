@@ -7,7 +7,7 @@ prepared; arms and seeds run side by side (``--parallel``, ``--threads`` each), 
 wall-clock figures are measured under the same machine load.  Then, per arm and seed:
 
 * per epoch: wall-clock since the training started (``train.log`` time stamps, validation
-  included), steps, encoder input frames per epoch (the audit CLI's ``total_frames`` for the
+  included), steps, encoder input frames (the audit CLI's ``total_frames`` of every epoch, for the
   arm's ``batch_type``/``batch_bins``/frame-rate settings, padding included), and the valid
   figures of that epoch's checkpoint computed the same way for every model
   (``benchmarks/valid_metrics.py``: token-weighted attention accuracy, CTC greedy token error
@@ -48,6 +48,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
+
+import yaml
 
 
 HERE = Path(__file__).resolve().parent
@@ -146,15 +148,16 @@ def parse_wer(score_dir: Path) -> Optional[dict]:
     return {"wer": r["wer"], "S": r["wer_sub"], "D": r["wer_del"], "I": r["wer_ins"], "N": r["wer_ref_words"]}
 
 
-def encoder_frames_per_epoch(args, config: Path) -> Dict[str, float]:
-    """The audit CLI's figures (``--config``: the arm's own sampler and frame-rate settings) on the
-    training shape files; ``--batch_type`` / ``--batch_bins`` in ``--asr_args`` override, as in training."""
+def encoder_frames_per_epoch(args, config: Path, epoch: int = 1, seed: Optional[int] = None) -> Dict[str, float]:
+    """The audit CLI's figures for ``epoch`` (``--config``: the arm's own sampler and frame-rate
+    settings, ``--epoch``/``--seed``: that epoch's plan) on the training shape files;
+    ``--batch_type`` / ``--batch_bins`` in ``--asr_args`` override, as in training."""
     from espnet_dynres.frame_rate_policy import parse_fs
 
     stats = args.expdir / args.stats_dir / "train"
     cmd = [sys.executable, "-m", "espnet_dynres.bin.audit_batches", "--config", str(config), "--fs", str(parse_fs(args.fs)),
            "--speech_shape", str(stats / "speech_shape"), "--text_shape", str(stats / f"text_shape.{args.token_type}"),
-           "--json", "-"]
+           "--epoch", str(epoch), "--json", "-"] + ([] if seed is None else ["--seed", str(seed)])
     extra = shlex.split(args.asr_args)
     for key in ("--batch_type", "--batch_bins"):
         if key in extra[:-1]:
@@ -179,7 +182,14 @@ def report(args, arms: Dict[str, Path]) -> dict:
     results: dict = {"metric": args.metric, "target_arm": args.target_arm, "arms": {}}
     for arm, config in arms.items():
         frames = encoder_frames_per_epoch(args, config)
+        extra = shlex.split(args.asr_args)
+        batch_type = (extra[extra.index("--batch_type") + 1] if "--batch_type" in extra[:-1]
+                      else (yaml.safe_load(Path(config).read_text()) or {}).get("batch_type"))
         for seed in args.seeds:
+            # ESPnet's samplers give the same batches every epoch; the dynres plan is redrawn from
+            # (seed, epoch) and, under curriculum_epochs, cheaper in the first epochs: audit each.
+            per_epoch = [encoder_frames_per_epoch(args, config, e, seed)["frames"] if batch_type == "dynres"
+                         else frames["frames"] for e in range(1, args.max_epoch + 1)]
             tag = arm_tag(args, arm, seed)
             exp_dir = args.expdir / f"asr_{tag}"
             run = tc.read_run(tag, exp_dir)
@@ -188,7 +198,7 @@ def report(args, arms: Dict[str, Path]) -> dict:
                 ckpt = exp_dir / "epochs" / f"{epoch}epoch.pth"
                 valid = vm.evaluate(ckpt, args.valid_dir, exp_dir / "config.yaml") if ckpt.exists() else {}
                 rows.append({"epoch": epoch, "wall_sec": run.wall_seconds[i], "train_sec": run.cumulative_seconds[i],
-                             "steps": run.steps[i], "encoder_input_frames": frames["frames"] * epoch, **valid})
+                             "steps": run.steps[i], "encoder_input_frames": sum(per_epoch[:epoch]), **valid})
                 print(f"[{tag}] epoch {epoch}: {rows[-1]}", flush=True)
             results["arms"].setdefault(arm, {})[seed] = {"epochs": rows, "test": parse_wer(score_dir(args, tag)),
                                                          "batches_per_epoch": frames["batches"]}

@@ -337,8 +337,9 @@ class SamplerBatches:
     """Batches of two epochs as the trainer would see them (order aside).
 
     Attributes:
-        epoch1, epoch2: lists of key tuples.
-        planned_frames: per batch of epoch 1, the planned ``T`` (``None`` =
+        epoch1, epoch2: lists of key tuples: the audited epoch (``epoch`` of
+            :func:`build_batches`, default 1) and the next one.
+        planned_frames: per batch of the audited epoch, the planned ``T`` (``None`` =
             padded at the standard rate); ``None`` for ESPnet's samplers.
         build_time_sec: seconds (wall clock) to build the sampler (reading the
             shape files included) and draw epoch 1's batches.
@@ -372,8 +373,9 @@ def build_batches(
     utt2min_frames: Optional[Dict[str, int]] = None,
     oversized: str = "warn",
     shuffle_jitter: float = 0.5,
+    epoch: int = 1,
 ) -> SamplerBatches:
-    """Build a sampler and draw the batches of epochs 1 and 2.
+    """Build a sampler and draw the batches of epochs ``epoch`` and ``epoch + 1`` (default 1 and 2).
 
     ESPnet batch types go through ``espnet2.samplers.build_batch_sampler`` with
     the trainer's arguments (shape files ``[speech_shape, text_shape]``,
@@ -382,12 +384,14 @@ def build_batches(
     reorders them).  ``dynres`` builds
     :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
     (``batch_bins`` in feature frames ``B × T``; ``policy`` required) and, if the
-    sampler redraws per epoch (``batches_for_epoch``), asks it for epochs 1
-    and 2.
+    sampler redraws per epoch (``batches_for_epoch``), asks it for epochs ``epoch``
+    and ``epoch + 1`` (they differ in frame counts too under a resolution curriculum).
 
     Raises:
-        ValueError: unknown ``batch_type``, ``dynres`` without ``policy``.
+        ValueError: unknown ``batch_type``, ``dynres`` without ``policy``, ``epoch < 1``.
     """
+    if epoch < 1:
+        raise ValueError(f"epoch must be >= 1 (1-based, as ESPnet's trainer), got {epoch}")
     shape_files = [str(speech_shape)] + ([str(text_shape)] if text_shape is not None else [])
     start, start_cpu = time.perf_counter(), time.process_time()
     if batch_type in ESPNET_BATCH_TYPES:
@@ -428,10 +432,10 @@ def build_batches(
             shuffle_jitter=shuffle_jitter,
         )
         sampler = DynResBatchSampler(**wanted)
-        epoch1 = list(sampler.batches_for_epoch(1))
-        planned = list(sampler.frames_for_epoch(1))
+        epoch1 = list(sampler.batches_for_epoch(epoch))
+        planned = list(sampler.frames_for_epoch(epoch))
         build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
-        epoch2 = list(sampler.batches_for_epoch(2))
+        epoch2 = list(sampler.batches_for_epoch(epoch + 1))
     else:
         raise ValueError(f"unknown batch_type {batch_type!r}; choose from {', '.join(BATCH_TYPES)}")
     return SamplerBatches(epoch1, epoch2, planned, build_time, build_cpu, sampler)

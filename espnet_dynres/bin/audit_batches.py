@@ -74,6 +74,8 @@ def get_parser() -> argparse.ArgumentParser:
                    help="dynres: mean frame rate a batch aims at (default: the standard rate fs / hop_length)")
     g.add_argument("--max_batch_size", type=int, default=None, help="dynres: most utterances per batch")
     g.add_argument("--seed", type=int, default=0, help="dynres: seed of the per-epoch redraw")
+    g.add_argument("--epoch", type=int, default=1,
+                   help="dynres: the epoch to audit (1-based; its plan, e.g. under curriculum_epochs) and the next")
     g.add_argument("--oversized", default="warn", choices=["warn", "error"],
                    help="dynres: an utterance over batch_bins alone is warned about or refused (training's --oversized)")
     g.add_argument("--shuffle_jitter", type=float, default=0.5,
@@ -236,6 +238,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         utt2min_frames=utt2min_frames,
         oversized=args.oversized,
         shuffle_jitter=args.shuffle_jitter,
+        epoch=args.epoch,
     )
     audit = audit_batches(
         table,

@@ -84,3 +84,24 @@ def test_config_gives_the_same_audit_as_the_equivalent_flags(tmp_path, shape_fil
     assert from_config["batch_size"]["max"] <= 6
     overridden = summary(["--config", str(config), "--batch_bins", "5000"] + common)
     assert overridden["num_batches"] < from_config["num_batches"]  # the command line wins
+
+
+def test_epoch_audits_that_epochs_plan_under_a_curriculum(tmp_path, shape_files, capsys):
+    """--epoch e audits epoch e's plan: under curriculum_epochs 2 epoch 1 costs fewer frames than epoch 3."""
+    import yaml
+
+    from factory import RECIPE_DIR
+
+    conf = yaml.safe_load((RECIPE_DIR / "conf" / "ablation" / "train_asr_conformer_dynres_curriculum_cpu.yaml").read_text())
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({**conf, "batch_bins": 2500}))
+
+    def frames(epoch):
+        assert main(["--config", str(config), "--speech_shape", shape_files[0], "--text_shape", shape_files[1],
+                     "--epoch", str(epoch), "--json", "-"]) == 0
+        out = capsys.readouterr().out
+        return json.loads(out[out.index("{"):])["total_frames"]
+
+    first, second, third, fourth = (frames(e) for e in (1, 2, 3, 4))
+    assert first < 0.9 * second and second < 0.9 * third  # epochs 1 and 2 of the curriculum: lower rates
+    assert abs(third - fourth) < 0.01 * third  # after it: the rule (batches differ a little every epoch)
