@@ -181,15 +181,17 @@ def report(args, arms: Dict[str, Path]) -> dict:
     mode = METRICS[args.metric]
     results: dict = {"metric": args.metric, "target_arm": args.target_arm, "arms": {}}
     for arm, config in arms.items():
-        frames = encoder_frames_per_epoch(args, config)
         extra = shlex.split(args.asr_args)
         batch_type = (extra[extra.index("--batch_type") + 1] if "--batch_type" in extra[:-1]
                       else (yaml.safe_load(Path(config).read_text()) or {}).get("batch_type"))
         for seed in args.seeds:
-            # ESPnet's samplers give the same batches every epoch; the dynres plan is redrawn from
-            # (seed, epoch) and, under curriculum_epochs, cheaper in the first epochs: audit each.
-            per_epoch = [encoder_frames_per_epoch(args, config, e, seed)["frames"] if batch_type == "dynres"
-                         else frames["frames"] for e in range(1, args.max_epoch + 1)]
+            # ESPnet's samplers give the same batches every epoch: one audit. The dynres plan is redrawn
+            # from (seed, epoch) and, under curriculum_epochs, cheaper in the first epochs: audit each.
+            if batch_type == "dynres":
+                audits = [encoder_frames_per_epoch(args, config, e, seed) for e in range(1, args.max_epoch + 1)]
+            else:
+                audits = [encoder_frames_per_epoch(args, config, seed=seed)] * args.max_epoch
+            per_epoch = [a["frames"] for a in audits]
             tag = arm_tag(args, arm, seed)
             exp_dir = args.expdir / f"asr_{tag}"
             run = tc.read_run(tag, exp_dir)
@@ -201,7 +203,7 @@ def report(args, arms: Dict[str, Path]) -> dict:
                              "steps": run.steps[i], "encoder_input_frames": sum(per_epoch[:epoch]), **valid})
                 print(f"[{tag}] epoch {epoch}: {rows[-1]}", flush=True)
             results["arms"].setdefault(arm, {})[seed] = {"epochs": rows, "test": parse_wer(score_dir(args, tag)),
-                                                         "batches_per_epoch": frames["batches"]}
+                                                         "batches_per_epoch": audits[0]["batches"]}
     return add_targets(results, list(arms), args.seeds)
 
 

@@ -148,7 +148,7 @@ def check_model(args: argparse.Namespace) -> None:
     name = getattr(args, "model", None)
     if not switches or name is None:
         return
-    model_class = espnet_asr.model_choices.classes.get(name)
+    model_class = espnet_asr.model_choices.classes.get(name.lower())  # ESPnet's choices are case-insensitive
     if model_class is None or not issubclass(model_class, DynResASRModel):
         raise ValueError(
             f"{', '.join(switches)} needs model: dynres (ESPnet's loss) or model: token_normalized (per-token "

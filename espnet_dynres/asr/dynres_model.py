@@ -101,7 +101,8 @@ class DynResASRModel(ESPnetASRModel):
             if speech_frames.shape != speech_lengths.shape:
                 raise ValueError(
                     f"speech_frames must be (B,) like speech_lengths {tuple(speech_lengths.shape)}, got "
-                    f"{tuple(speech_frames.shape)}"
+                    f"{tuple(speech_frames.shape)}: the batch's plan does not match its utterances; build batches "
+                    "with the dynres iterator (batch_type: dynres), which adds one planned count per utterance."
                 )
         self._speech_frames = speech_frames
         self._fallback = None

@@ -75,7 +75,8 @@ class DynResFrontend(AbsFrontend):
     (100 Hz).  For ``fs: 8k`` give ``win_length: 200, hop_length: 80, n_fft:
     256`` (rates stay rates, hops are samples).  ``min_frame_rate_hz``, ``max_frame_rate_hz``,
     ``fallback_frame_rate_hz`` (Hz; omitted: 0.7, 1.3 and 0.5 × the standard
-    rate ``fs / hop_length``, i.e. 70, 130 and 50 Hz at 100 Hz), ``curriculum_epochs`` (applied by the sampler's plan; needs ``batch_type: dynres``) and
+    rate ``fs / hop_length``, i.e. 70, 130 and 50 Hz at 100 Hz), ``curriculum_epochs``
+    (applied by the sampler's plan; needs ``batch_type: dynres``) and
     ``target_frame_rate_hz`` (the mean rate a batch aims at, Hz; omitted: the
     standard rate, i.e. each batch gets its mean standard frame count; lower
     targets cost fewer encoder frames, measured in ``docs/benchmarks.md``)
@@ -282,8 +283,7 @@ class DynResFrontend(AbsFrontend):
                     feats, rates = self.hop_logmel(input, input_lengths, feats_lengths)
                 else:
                     feats, rates = self.resample_logmel(input, input_lengths, feats_lengths)
-                out = DynResFeatures(feats, feats_lengths, rates, False)
-                return out if with_rates else (out.feats, out.feats_lengths)
+                return DynResFeatures(feats, feats_lengths, rates, False) if with_rates else (feats, feats_lengths)
             self._count_fallback(input_lengths)
         # float32 for the features whatever autocast does around us.
         stft, feats_lengths = self.stft(input.float(), input_lengths)  # (B, T_frames, F, 2)
