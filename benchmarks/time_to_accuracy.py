@@ -235,6 +235,50 @@ def add_targets(results: dict, arms: List[str], seeds: List[int]) -> dict:
     return results
 
 
+def seed_means(results: dict) -> Dict[str, List[dict]]:
+    """Per arm and epoch, over the seeds in which both the arm and the target arm have that epoch:
+    mean wall-clock, mean valid figures, and in how many seeds the arm is at least as good as the
+    target arm at that epoch.
+
+    Returns ``{arm: [{"epoch", "seeds", "wall_sec", "acc_token", "ter_ctc_token",
+    "seeds_ctc_not_behind", "seeds_acc_not_behind", "wall_ratio_to_target_arm"}, ...]}``;
+    ``wall_ratio_to_target_arm`` is the mean over seeds of the arm's wall-clock at that epoch over
+    the target arm's in the same seed (only meaningful where the arms of a seed ran side by side).
+    A seed-to-seed spread larger than the difference between arms shows up as split counts.
+    """
+    ref_arm = results["target_arm"]
+    ref = results["arms"][ref_arm]
+    out: Dict[str, List[dict]] = {}
+    for arm, seeds in results["arms"].items():
+        common = [s for s in seeds if s in ref]
+        rows = []
+        epochs = sorted({r["epoch"] for s in common for r in seeds[s]["epochs"]})
+        for epoch in epochs:
+            pairs = []
+            for s in common:
+                mine = [r for r in seeds[s]["epochs"] if r["epoch"] == epoch]
+                theirs = [r for r in ref[s]["epochs"] if r["epoch"] == epoch]
+                if mine and theirs:
+                    pairs.append((mine[0], theirs[0]))
+            if not pairs:
+                continue
+
+            def mean(key):
+                return sum(mine.get(key, float("nan")) for mine, _ in pairs) / len(pairs)
+
+            rows.append({
+                "epoch": epoch, "seeds": len(pairs), "wall_sec": mean("wall_sec"),
+                "acc_token": mean("acc_token"), "ter_ctc_token": mean("ter_ctc_token"),
+                "seeds_ctc_not_behind": sum(a.get("ter_ctc_token", float("nan")) <= b.get("ter_ctc_token", float("nan"))
+                                            for a, b in pairs),
+                "seeds_acc_not_behind": sum(a.get("acc_token", float("nan")) >= b.get("acc_token", float("nan"))
+                                            for a, b in pairs),
+                "wall_ratio_to_target_arm": sum(a["wall_sec"] / b["wall_sec"] for a, b in pairs) / len(pairs),
+            })
+        out[arm] = rows
+    return out
+
+
 def markdown(results: dict) -> str:
     lines = [f"Target: the best valid `{results['metric']}` of `{results['target_arm']}` in the same seed.", "",
              "| arm | seed | target | reached at epoch | wall-clock s | steps | × target arm's time | test WER % (S/D/I) "
@@ -257,6 +301,20 @@ def markdown(results: dict) -> str:
             for r in e["epochs"]:
                 lines.append(f"| {arm} | {seed} | {r['epoch']} | {r['wall_sec']:.0f} | {r['steps']} "
                              f"| {r.get('acc_token', float('nan')):.3f} | {r.get('ter_ctc_token', float('nan')):.3f} |")
+    means = seed_means(results)
+    if any(row["seeds"] > 1 for rows in means.values() for row in rows):
+        ref = results["target_arm"]
+        lines += ["", f"Mean over seeds; \"not behind\": seeds in which the arm's figure is at least `{ref}`'s "
+                  "at the same epoch.", "",
+                  f"| arm | epoch | seeds | mean wall-clock s | × `{ref}`'s | mean valid acc | not behind (acc) "
+                  "| mean valid CTC WER | not behind (CTC) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for arm, rows in means.items():
+            for r in rows:
+                lines.append(f"| {arm} | {r['epoch']} | {r['seeds']} | {r['wall_sec']:.0f} "
+                             f"| {r['wall_ratio_to_target_arm']:.2f} | {r['acc_token']:.3f} "
+                             f"| {r['seeds_acc_not_behind']}/{r['seeds']} | {r['ter_ctc_token']:.3f} "
+                             f"| {r['seeds_ctc_not_behind']}/{r['seeds']} |")
     return "\n".join(lines)
 
 
@@ -268,15 +326,20 @@ def plot(results: dict, png: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    means = results.get("seed_means") or seed_means(results)
     for k, (arm, seeds) in enumerate(results["arms"].items()):
-        for j, (seed, e) in enumerate(seeds.items()):
+        colour = colours[k % len(colours)]
+        several = len(seeds) > 1
+        for e in seeds.values():
             minutes = [r["wall_sec"] / 60 for r in e["epochs"]]
-            style = "-o" if j == 0 else "--s"
-            label = arm if j == 0 else None
-            axes[0].plot(minutes, [r.get("ter_ctc_token", float("nan")) for r in e["epochs"]], style,
-                         color=colours[k % len(colours)], label=label, ms=4)
-            axes[1].plot(minutes, [r.get("acc_token", float("nan")) for r in e["epochs"]], style,
-                         color=colours[k % len(colours)], label=label, ms=4)
+            kw = dict(color=colour, lw=0.8, alpha=0.35, ms=2) if several else dict(color=colour, ms=4, label=arm)
+            for ax, key in zip(axes, ("ter_ctc_token", "acc_token")):
+                ax.plot(minutes, [r.get(key, float("nan")) for r in e["epochs"]], "-o", **kw)
+        if several and means.get(arm):
+            minutes = [r["wall_sec"] / 60 for r in means[arm]]
+            label = f"{arm} (mean of {max(r['seeds'] for r in means[arm])} seeds)"
+            for ax, key in zip(axes, ("ter_ctc_token", "acc_token")):
+                ax.plot(minutes, [r[key] for r in means[arm]], "-o", color=colour, lw=2.2, ms=5, label=label)
     axes[0].set_ylabel("valid CTC greedy WER")
     axes[0].set_yscale("log")
     axes[1].set_ylabel("valid attention accuracy (all targets)")
@@ -284,7 +347,7 @@ def plot(results: dict, png: Path) -> None:
         ax.set_xlabel("wall-clock since training start (min, validation included)")
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=8)
-    fig.suptitle("time to accuracy (solid: first seed, dashed: second)", fontsize=10)
+    fig.suptitle("time to accuracy (thin: each seed; bold: mean over seeds at each epoch)", fontsize=10)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
@@ -349,6 +412,7 @@ def main(argv=None) -> int:
             for f in [pool.submit(decode_arm, args, arm, seed) for arm, _, seed in jobs]:
                 f.result()
     results = report(args, arms)
+    results["seed_means"] = seed_means(results)
     (args.out_dir / "time_to_accuracy.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
     (args.out_dir / "time_to_accuracy.md").write_text(table + "\n")

@@ -15,6 +15,13 @@ utterances in seconds):
 * **per-batch target-token counts** (sum of the text shape file's first field
   over the batch): min / 5 % / median / 95 % / max / coefficient of variation
   (std / mean, population std);
+* **per-utterance frame rate** (Hz) of the plan: ``planned frames / standard
+  frames × fs / hop_length`` (the standard rate for ESPnet's samplers and
+  for fallback batches), its distribution over utterances and the share of
+  utterances more than :data:`OFF_STANDARD_TOLERANCE` (10 %) away from the
+  standard rate.  Validation and decoding run at the standard rate, so this
+  is how far training moves from it (a time-axis perturbation, like speed
+  perturbation without the pitch change);
 * **composition change between two epochs** — the fraction of utterance pairs
   that share a batch in epoch 1 and no longer share one in epoch 2
   (``1 − pairs still together / pairs together in epoch 1``; ``None`` when
@@ -44,6 +51,7 @@ from espnet_dynres.frame_rate_policy import standard_frame_counts
 from espnet_dynres.samplers.dynres_batch_sampler import read_shape_file
 
 ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
+OFF_STANDARD_TOLERANCE = 0.10  # |rate / standard rate - 1| above this counts as off the standard rate
 BATCH_TYPES = ESPNET_BATCH_TYPES + ("dynres",)
 
 
@@ -94,7 +102,7 @@ def read_shape_table(speech_shape: Union[str, Path], text_shape: Optional[Union[
 # -------------------------------------------------------------------- output
 @dataclass(frozen=True)
 class Distribution:
-    """Summary of a per-batch quantity (e.g. batch size, target tokens).
+    """Summary of a per-batch or per-utterance quantity (e.g. batch size, target tokens, frame rate).
 
     ``cv`` is the coefficient of variation, population std / mean (0 for a
     constant quantity, ``nan`` for mean 0).
@@ -138,6 +146,10 @@ class BatchAudit:
         tokens: per-batch target-token counts, ``None`` without a text shape file.
         composition_change: fraction of epoch-1 co-batched utterance pairs not
             co-batched in epoch 2 (module docstring); ``None`` if undefined.
+        frame_rate_hz: per-utterance frame rate of the plan in Hz (module
+            docstring); the standard rate for every utterance of a padded batch.
+        off_standard_rate_fraction: share of utterances whose frame rate is more
+            than :data:`OFF_STANDARD_TOLERANCE` away from the standard rate.
         build_time_sec: seconds to build the sampler and draw epoch 1's
             batches (0 when not measured).
         batch_sizes, batch_frames, batch_padded_frames, batch_tokens,
@@ -157,6 +169,8 @@ class BatchAudit:
     num_fallback_batches: int
     tokens: Optional[Distribution]
     composition_change: Optional[float]
+    frame_rate_hz: Optional[Distribution] = None
+    off_standard_rate_fraction: float = 0.0
     build_time_sec: float = 0.0
     batch_sizes: np.ndarray = field(default=None, repr=False)
     batch_frames: np.ndarray = field(default=None, repr=False)
@@ -295,6 +309,10 @@ def audit_batches(
     padded_batch = planned == -1
     batch_frames = np.where(padded_batch, sizes * max_std, sizes * planned)
     batch_padded = np.where(padded_batch, sizes * max_std - sum_std, 0)
+    # (B_total,) frames per utterance as planned: T of its batch, or its standard count if padded
+    utt_frames = np.where(np.repeat(padded_batch, sizes), std_frames, np.repeat(planned, sizes))
+    standard_rate_hz = fs_hz / float(hop_length_samples)
+    utt_rate_hz = utt_frames / std_frames * standard_rate_hz  # (B_total,) Hz
     total = int(batch_frames.sum())
     padded = int(batch_padded.sum())
 
@@ -321,6 +339,8 @@ def audit_batches(
         num_fallback_batches=int(padded_batch.sum()) if planned_frames is not None else 0,
         tokens=tokens,
         composition_change=change,
+        frame_rate_hz=Distribution.of(utt_rate_hz),
+        off_standard_rate_fraction=float(np.mean(np.abs(utt_rate_hz / standard_rate_hz - 1) > OFF_STANDARD_TOLERANCE)),
         build_time_sec=build_time_sec,
         batch_sizes=sizes,
         batch_frames=batch_frames,

@@ -56,6 +56,21 @@ def test_planned_batches_have_no_padding_and_fallback_batches_do():
     assert fallback.padded_frames == 10 - 4 and fallback.num_fallback_batches == 1
 
 
+def test_frame_rate_per_utterance_by_hand():
+    # standard frames 10, 4, 8; planned T = 7 (first batch) and 8: 70, 175 and 100 Hz
+    t = table([9 * HOP, 3 * HOP, 7 * HOP])
+    batches = [("utt000000", "utt000001"), ("utt000002",)]
+    planned = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[7, 8])
+    assert planned.frame_rate_hz.min == pytest.approx(70.0) and planned.frame_rate_hz.max == pytest.approx(175.0)
+    assert planned.frame_rate_hz.median == pytest.approx(100.0)
+    assert planned.off_standard_rate_fraction == pytest.approx(2 / 3)
+    # a padded batch runs at the standard rate, as ESPnet's samplers do
+    for planned_frames in ([None, 8], None):
+        padded = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=planned_frames)
+        assert padded.frame_rate_hz.min == padded.frame_rate_hz.max == pytest.approx(100.0)
+        assert padded.off_standard_rate_fraction == 0.0
+
+
 @SLOW
 @given(n=st.integers(1, 200), length=st.integers(1, 500000), batch_size=st.integers(1, 50))
 def test_equal_lengths_give_no_padding(tmp_path, n, length, batch_size):

@@ -2,9 +2,10 @@
 
 Builds the batches a training run would get from ESPnet shape files and
 prints batch count, batch-size distribution, padding fraction (feature frames
-at the standard rate; ``dynres`` planned batches have none), per-batch
-target-token counts and how much batch composition changes from epoch 1 to
-epoch 2; writes a PNG plot and optionally JSON.  Definitions:
+at the standard rate; ``dynres`` planned batches have none), the per-utterance
+frame rate (Hz) of the plan and the share of utterances more than 10 % from
+the standard rate, per-batch target-token counts and how much batch
+composition changes from epoch 1 to epoch 2; writes a PNG plot and optionally JSON.  Definitions:
 :mod:`espnet_dynres.batch_audit`.
 
 Examples (recipe shape files)::
@@ -42,7 +43,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from espnet_dynres.batch_audit import BATCH_TYPES, BatchAudit, Distribution, audit_batches, build_batches, read_shape_table
+from espnet_dynres.batch_audit import BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches, read_shape_table
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -108,6 +109,11 @@ def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
     ]
     if audit.batch_type == "dynres":
         lines.append(f"fallback batches      : {audit.num_fallback_batches} (padded at the standard rate)")
+    lines.append(
+        f"frame rate (Hz)       : {dist(audit.frame_rate_hz, '{:.1f}')}  "
+        f"({100 * audit.off_standard_rate_fraction:.1f} % of utterances more than "
+        f"{100 * OFF_STANDARD_TOLERANCE:.0f} % from the standard rate)"
+    )
     lines.append("tokens per batch      : " + (dist(audit.tokens) if audit.tokens else "n/a (no --text_shape)"))
     lines.append(f"composition change    : {change}  (epoch-1 co-batched pairs apart in epoch 2)")
     lines.append(f"build time            : {audit.build_time_sec:.2f} s")

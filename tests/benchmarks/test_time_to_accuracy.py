@@ -38,6 +38,33 @@ def test_target_is_the_reference_arms_best_and_each_arm_its_first_epoch_there():
     assert "| slow | 0 | 0.050 | not reached |" in table and "| fast | 0 | 0.050 | 2 | 160 | 20 | 0.53 |" in table
 
 
+def test_seed_means_pair_each_seed_with_the_target_arm(tmp_path):
+    tta = load()
+
+    def arm(wers, accs, secs):
+        c = curve(wers, secs)
+        for row, acc in zip(c["epochs"], accs):
+            row["acc_token"] = acc
+        return c
+
+    results = {"metric": "ter_ctc_token", "target_arm": "numel", "arms": {
+        "numel": {0: arm([0.5, 0.1], [0.2, 0.3], [100, 200]), 1: arm([0.4, 0.2], [0.1, 0.4], [100, 200])},
+        "dynres": {0: arm([0.3, 0.2], [0.3, 0.3], [110, 220]), 1: arm([0.4, 0.1], [0.2, 0.3], [90, 180])},
+    }}
+    means = tta.seed_means(results)
+    ep1, ep2 = means["dynres"]
+    assert (ep1["epoch"], ep1["seeds"]) == (1, 2)
+    assert ep1["ter_ctc_token"] == pytest.approx(0.35) and ep2["acc_token"] == pytest.approx(0.3)
+    assert ep1["seeds_ctc_not_behind"] == 2 and ep2["seeds_ctc_not_behind"] == 1  # seed 0 behind at epoch 2
+    assert ep1["seeds_acc_not_behind"] == 2 and ep2["seeds_acc_not_behind"] == 1
+    assert ep2["wall_ratio_to_target_arm"] == pytest.approx((1.1 + 0.9) / 2)
+    assert all(r["seeds_ctc_not_behind"] == r["seeds"] for r in means["numel"])  # the target arm against itself
+    table = tta.markdown(tta.add_targets(results, ["numel", "dynres"], [0, 1]))
+    assert "| dynres | 2 | 2 | 200 | 1.00 | 0.300 | 1/2 | 0.150 | 1/2 |" in table
+    tta.plot(results, tmp_path / "tta.png")
+    assert (tmp_path / "tta.png").stat().st_size > 0
+
+
 def test_accuracy_metric_targets_the_maximum():
     tta = load()
     assert tta.first_reaching([0.1, 0.3, 0.29, 0.5], 0.3, "max") == 1
