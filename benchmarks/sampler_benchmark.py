@@ -163,17 +163,20 @@ def espnet_kwargs(batch_type: str, table, budget_frames: int) -> dict:
 
 
 def run_sampler(name: str, speech_shape: str, table, budget_frames: int, policy, cuts=None):
-    """``(epoch1, epoch2, planned_frames, (build wall s, build CPU s))`` for one sampler on one corpus."""
+    """``(epoch1, epoch2, plan, (build wall s, build CPU s))`` for one sampler on one corpus; ``plan`` holds
+    the ``planned_frames`` / ``planned_utt_frames`` arguments of ``audit_batches`` (empty for padding samplers)."""
     from espnet_dynres.batch_audit import build_batches
 
     if name == "lhotse":
         (e1, e2), sec = lhotse_batches(cuts, budget_frames * HOP / FS_HZ)
-        return e1, e2, None, sec
+        return e1, e2, {}, sec
     if name == "dynres":
         built = build_batches("dynres", speech_shape, batch_bins=budget_frames, policy=policy, seed=0)
     else:
         built = build_batches(name, speech_shape, **espnet_kwargs(name, table, budget_frames))
-    return built.epoch1, built.epoch2, built.planned_frames, (built.build_time_sec, built.build_cpu_sec)
+    plan = {} if built.planned_frames is None else dict(planned_frames=built.planned_frames,
+                                                         planned_utt_frames=built.planned_utt_frames)
+    return built.epoch1, built.epoch2, plan, (built.build_time_sec, built.build_cpu_sec)
 
 
 # --------------------------------------------------------------------- main
@@ -224,9 +227,9 @@ def main() -> None:
         budget = BUDGET_FRAMES[corpus]
         cuts = lhotse_cuts(table.keys, table.num_samples) if "lhotse" in args.samplers else None
         for name in args.samplers:
-            e1, e2, planned, sec = run_sampler(name, speech_shape, table, budget, policy, cuts)
-            audit = audit_batches(table, e1, e2, hop_length_samples=HOP, fs_hz=FS_HZ, planned_frames=planned,
-                                  batch_type=name, build_time_sec=sec[0])
+            e1, e2, plan, sec = run_sampler(name, speech_shape, table, budget, policy, cuts)
+            audit = audit_batches(table, e1, e2, hop_length_samples=HOP, fs_hz=FS_HZ, batch_type=name,
+                                  build_time_sec=sec[0], **plan)
             row = dict(corpus=corpus, budget_frames=budget, frames_mean=float(audit.batch_frames.mean()),
                        frames_max=int(audit.batch_frames.max()), build_cpu_sec=sec[1], **audit.summary())
             results.append(row)

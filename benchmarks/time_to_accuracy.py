@@ -246,8 +246,8 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
     the target arm's in the same seed (only meaningful where the arms of a seed ran side by side).
     A seed-to-seed spread larger than the difference between arms shows up as split counts.
     """
-    ref_arm = results["target_arm"]
-    ref = results["arms"][ref_arm]
+    nan = float("nan")
+    ref = results["arms"][results["target_arm"]]
     out: Dict[str, List[dict]] = {}
     for arm, seeds in results["arms"].items():
         common = [s for s in seeds if s in ref]
@@ -264,15 +264,13 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
                 continue
 
             def mean(key):
-                return sum(mine.get(key, float("nan")) for mine, _ in pairs) / len(pairs)
+                return sum(mine.get(key, nan) for mine, _ in pairs) / len(pairs)
 
             rows.append({
                 "epoch": epoch, "seeds": len(pairs), "wall_sec": mean("wall_sec"),
                 "acc_token": mean("acc_token"), "ter_ctc_token": mean("ter_ctc_token"),
-                "seeds_ctc_not_behind": sum(a.get("ter_ctc_token", float("nan")) <= b.get("ter_ctc_token", float("nan"))
-                                            for a, b in pairs),
-                "seeds_acc_not_behind": sum(a.get("acc_token", float("nan")) >= b.get("acc_token", float("nan"))
-                                            for a, b in pairs),
+                "seeds_ctc_not_behind": sum(a.get("ter_ctc_token", nan) <= b.get("ter_ctc_token", nan) for a, b in pairs),
+                "seeds_acc_not_behind": sum(a.get("acc_token", nan) >= b.get("acc_token", nan) for a, b in pairs),
                 "wall_ratio_to_target_arm": sum(a["wall_sec"] / b["wall_sec"] for a, b in pairs) / len(pairs),
             })
         out[arm] = rows

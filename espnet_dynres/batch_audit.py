@@ -10,14 +10,17 @@ utterances in seconds):
   every utterance has its standard frame count ``1 + samples // hop_length``
   and a batch is padded to its longest member (``T_b`` = max).  For ``dynres``
   a planned batch has ``B × T`` frames and no padding (every utterance is
-  brought to ``T``); a *fallback batch* (planned ``T`` is ``None``) is computed
-  at the standard rate and padded like ESPnet's;
+  brought to ``T``); a *fallback batch* (planned ``T`` is ``None``) is padded
+  to its longest member: at the frames the sampler planned for each member
+  (``planned_utt_frames``, e.g. each at its lowest rate), or at the standard
+  rate when those are not given;
 * **per-batch target-token counts** (sum of the text shape file's first field
   over the batch): min / 5 % / median / 95 % / max / coefficient of variation
   (std / mean, population std);
 * **per-utterance frame rate** (Hz) of the plan: ``planned frames / standard
-  frames × fs / hop_length`` (the standard rate for ESPnet's samplers and
-  for fallback batches), its distribution over utterances and the share of
+  frames × fs / hop_length`` (the standard rate for ESPnet's samplers; within
+  one frame of the policy's exact ``FrameRatePolicy.frame_rate_hz``, computed
+  here for all utterances at once), its distribution over utterances and the share of
   utterances more than :data:`OFF_STANDARD_TOLERANCE` (10 %) away from the
   standard rate.  Validation and decoding run at the standard rate, so this
   is how far training moves from it (a time-axis perturbation, like speed
@@ -259,6 +262,7 @@ def audit_batches(
     hop_length_samples: int,
     fs_hz: int,
     planned_frames: Optional[Sequence[Optional[int]]] = None,
+    planned_utt_frames: Optional[Sequence[Sequence[int]]] = None,
     batch_type: str = "",
     build_time_sec: float = 0.0,
 ) -> BatchAudit:
@@ -275,12 +279,18 @@ def audit_batches(
         planned_frames: per batch of epoch 1, the frame count ``T`` every member
             is brought to (``dynres``), or ``None`` for a batch padded at the
             standard rate; omit for samplers that pad every batch (ESPnet's).
+        planned_utt_frames: per batch of epoch 1, the planned frames of each
+            member in batch order (``DynResBatchSampler.utt_frames_for_epoch``);
+            a fallback batch is then padded to its longest planned member instead
+            of being counted at the standard rate.  Needs ``planned_frames``.
         batch_type: name for the report.
         build_time_sec: measured build time to carry into the report.
 
     Raises:
         ValueError: no batches, an empty batch, a key not in ``table``,
-            ``planned_frames`` of the wrong length, or a planned ``T < 1``.
+            ``planned_frames`` of the wrong length, or a planned ``T < 1``;
+            ``planned_utt_frames`` without ``planned_frames``, of another shape
+            than the batches, with a count below 1, or disagreeing with a batch's ``T``.
     """
     if len(batches_epoch1) == 0:
         raise ValueError(f"{batch_type or 'the sampler'} produced 0 batches")
@@ -291,8 +301,6 @@ def audit_batches(
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
 
     std_frames = standard_frame_counts(table.num_samples[flat], hop_length_samples)
-    max_std = np.maximum.reduceat(std_frames, starts)
-    sum_std = np.add.reduceat(std_frames, starts)
     seconds = table.num_samples[flat] / float(fs_hz)
     min_sec = np.minimum.reduceat(seconds, starts)
     max_sec = np.maximum.reduceat(seconds, starts)
@@ -307,10 +315,21 @@ def audit_batches(
         if ((planned < 1) & (planned != -1)).any():
             raise ValueError("a planned frame count must be >= 1 (or None for a fallback batch)")
     padded_batch = planned == -1
-    batch_frames = np.where(padded_batch, sizes * max_std, sizes * planned)
-    batch_padded = np.where(padded_batch, sizes * max_std - sum_std, 0)
-    # (B_total,) frames per utterance as planned: T of its batch, or its standard count if padded
+    # (B_total,) frames per utterance as planned: T of its batch, or (padded batch) its planned
+    # count if given, else its standard count
     utt_frames = np.where(np.repeat(padded_batch, sizes), std_frames, np.repeat(planned, sizes))
+    if planned_utt_frames is not None:
+        if planned_frames is None:
+            raise ValueError("planned_utt_frames needs planned_frames (the T of each batch)")
+        if [len(b) for b in planned_utt_frames] != sizes.tolist():
+            raise ValueError("planned_utt_frames must hold one count per utterance of every batch, in batch order")
+        given = np.fromiter(itertools.chain.from_iterable(planned_utt_frames), dtype=np.int64, count=int(sizes.sum()))
+        if (given < 1).any() or (given != utt_frames)[~np.repeat(padded_batch, sizes)].any():
+            raise ValueError("planned_utt_frames must be >= 1 and equal to T in every batch with a planned T")
+        utt_frames = given
+    max_utt = np.maximum.reduceat(utt_frames, starts)
+    batch_frames = np.where(padded_batch, sizes * max_utt, sizes * planned)
+    batch_padded = np.where(padded_batch, sizes * max_utt - np.add.reduceat(utt_frames, starts), 0)
     standard_rate_hz = fs_hz / float(hop_length_samples)
     utt_rate_hz = utt_frames / std_frames * standard_rate_hz  # (B_total,) Hz
     total = int(batch_frames.sum())
@@ -360,7 +379,9 @@ class SamplerBatches:
         epoch1, epoch2: lists of key tuples: the audited epoch (``epoch`` of
             :func:`build_batches`, default 1) and the next one.
         planned_frames: per batch of the audited epoch, the planned ``T`` (``None`` =
-            padded at the standard rate); ``None`` for ESPnet's samplers.
+            a padded fallback batch); ``None`` for ESPnet's samplers.
+        planned_utt_frames: per batch, each member's planned frames (``dynres``
+            only, ``DynResBatchSampler.utt_frames_for_epoch``); ``None`` otherwise.
         build_time_sec: seconds (wall clock) to build the sampler (reading the
             shape files included) and draw epoch 1's batches.
         build_cpu_sec: the same in CPU seconds of this process (less
@@ -374,6 +395,7 @@ class SamplerBatches:
     build_time_sec: float
     build_cpu_sec: float = 0.0
     sampler: object = field(repr=False, default=None)
+    planned_utt_frames: Optional[List[Tuple[int, ...]]] = None
 
 
 def build_batches(
@@ -431,7 +453,7 @@ def build_batches(
         epoch1 = list(sampler)
         build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         epoch2 = list(sampler)
-        planned = None
+        planned = planned_utt = None
     elif batch_type == "dynres":
         if policy is None:
             raise ValueError("batch_type dynres needs the frontend's FrameRatePolicy (policy=...)")
@@ -454,8 +476,9 @@ def build_batches(
         sampler = DynResBatchSampler(**wanted)
         epoch1 = list(sampler.batches_for_epoch(epoch))
         planned = list(sampler.frames_for_epoch(epoch))
+        planned_utt = list(sampler.utt_frames_for_epoch(epoch))
         build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         epoch2 = list(sampler.batches_for_epoch(epoch + 1))
     else:
         raise ValueError(f"unknown batch_type {batch_type!r}; choose from {', '.join(BATCH_TYPES)}")
-    return SamplerBatches(epoch1, epoch2, planned, build_time, build_cpu, sampler)
+    return SamplerBatches(epoch1, epoch2, planned, build_time, build_cpu, sampler, planned_utt)

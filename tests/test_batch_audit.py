@@ -54,6 +54,21 @@ def test_planned_batches_have_no_padding_and_fallback_batches_do():
     assert planned.num_fallback_batches == 0
     fallback = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[None, 8])
     assert fallback.padded_frames == 10 - 4 and fallback.num_fallback_batches == 1
+    # with the sampler's per-member plan, a fallback batch is padded to its longest planned member
+    lowest = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[None, 8],
+                           planned_utt_frames=[(6, 3), (8,)])
+    assert lowest.total_frames == 2 * 6 + 8 and lowest.padded_frames == 6 - 3
+    assert lowest.frame_rate_hz.min == pytest.approx(60.0)  # 6 of 10 standard frames
+
+
+def test_planned_utt_frames_must_match_the_batches():
+    t = table([9 * HOP, 3 * HOP, 7 * HOP])
+    batches = [("utt000000", "utt000001"), ("utt000002",)]
+    for planned, per_utt in (([7, 8], [(7,), (8,)]), ([7, 8], [(7, 6), (8,)]), (None, [(7, 7), (8,)]),
+                             ([None, 8], [(0, 3), (8,)])):
+        with pytest.raises(ValueError, match="planned_utt_frames"):
+            audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=planned,
+                          planned_utt_frames=per_utt)
 
 
 def test_frame_rate_per_utterance_by_hand():
@@ -164,6 +179,7 @@ def test_dynres_has_no_padding_and_redraws(tmp_path):
     audit = audit_batches(read_shape_table(shape_files[0]), built.epoch1, built.epoch2,
                           hop_length_samples=HOP, fs_hz=FS, planned_frames=built.planned_frames)
     assert audit.num_fallback_batches == 0 and audit.padding_fraction == 0.0
+    assert [len(b) for b in built.planned_utt_frames] == [len(b) for b in built.epoch1]
     assert sorted(k for b in built.epoch1 for k in b) == sorted(read_shape_table(shape_files[0]).keys)
     assert ((audit.batch_frames <= 6000) | (audit.batch_sizes == 1)).all()
     assert audit.composition_change > 0.0

@@ -43,7 +43,9 @@ from typing import List, Optional
 
 import numpy as np
 
-from espnet_dynres.batch_audit import BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches, read_shape_table
+from espnet_dynres.batch_audit import (
+    BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches, read_shape_table,
+)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -108,7 +110,8 @@ def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
         f"({audit.padded_frames} of {audit.total_frames} feature frames)",
     ]
     if audit.batch_type == "dynres":
-        lines.append(f"fallback batches      : {audit.num_fallback_batches} (padded at the standard rate)")
+        lines.append(f"fallback batches      : {audit.num_fallback_batches} "
+                     "(each member at its lowest planned rate, padded to the longest)")
     lines.append(
         f"frame rate (Hz)       : {dist(audit.frame_rate_hz, '{:.1f}')}  "
         f"({100 * audit.off_standard_rate_fraction:.1f} % of utterances more than "
@@ -254,6 +257,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             args.hop_length or (conf.get("frontend_conf") or {}).get("hop_length") or 160),
         fs_hz=policy.fs if policy else (args.fs or 16000),
         planned_frames=built.planned_frames,
+        planned_utt_frames=built.planned_utt_frames,
         batch_type=args.batch_type,
         build_time_sec=built.build_time_sec,
     )

@@ -238,7 +238,8 @@ class DynResBatchSampler(AbsSampler):
         return list(self._plan(epoch)[0])
 
     def frames_for_epoch(self, epoch: int) -> List[Optional[int]]:
-        """Planned ``T`` per batch of ``epoch``; ``None`` for a fallback batch (standard rate, padded)."""
+        """Planned ``T`` per batch of ``epoch``; ``None`` for a fallback batch (each member at its own
+        planned count, padded to the longest: :meth:`utt_frames_for_epoch`)."""
         return list(self._plan(epoch)[1])
 
     def utt_frames_for_epoch(self, epoch: int) -> List[Tuple[int, ...]]:
@@ -246,7 +247,8 @@ class DynResBatchSampler(AbsSampler):
         return list(self._plan(epoch)[2])
 
     def num_fallback_batches_for_epoch(self, epoch: int) -> int:
-        """How many batches of ``epoch`` are fallback batches (padded at the standard rate)."""
+        """How many batches of ``epoch`` are fallback batches (each member at its lowest planned rate,
+        padded to the longest)."""
         return sum(t is None for t in self._plan(epoch)[1])
 
     @property
