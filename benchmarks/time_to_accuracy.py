@@ -28,9 +28,11 @@ Usage (CPU, the recipe's data in ``--datadir``/``--dumpdir``/``--expdir``, stats
 
 ``--ngpu 1 --parallel 1`` runs the same on a GPU (``benchmarks/run_gpu_benchmark.sh --mode
 time_to_accuracy``).  An arm whose experiment directory already holds every epoch's results is
-not trained again (``--retrain`` forces it).  Outputs in ``--out_dir``: ``time_to_accuracy.json``,
-``time_to_accuracy.md`` and ``time_to_accuracy.png`` (valid CTC error rate and attention accuracy
-against wall-clock).
+not trained again (``--retrain`` forces it), and a checkpoint's valid figures are kept next to it
+(``<N>epoch.valid_metrics.json``) and reused while the checkpoint, the valid directory and
+``benchmarks/valid_metrics.py`` are unchanged.  Outputs in ``--out_dir``: ``time_to_accuracy.json``,
+``time_to_accuracy.md`` and ``time_to_accuracy.png`` (valid CTC error rate, attention accuracy and
+attention loss per target against wall-clock).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ import yaml
 
 
 HERE = Path(__file__).resolve().parent
-METRICS = {"ter_ctc_token": "min", "acc_token": "max"}
+METRICS = {"ter_ctc_token": "min", "acc_token": "max", "att_loss_target": "min"}
 
 
 def _load(name: str):
@@ -167,6 +169,29 @@ def encoder_frames_per_epoch(args, config: Path, epoch: int = 1, seed: Optional[
     return {"batches": summary["num_batches"], "frames": summary["total_frames"] + summary.get("padded_frames", 0)}
 
 
+def evaluate_cached(vm, ckpt: Path, valid_dir: Path, config: Path) -> dict:
+    """``valid_metrics.evaluate`` of one checkpoint, stored in ``<ckpt stem>.valid_metrics.json`` and
+    reused only while the checkpoint (size, mtime), the valid directory and the source of
+    ``valid_metrics.py`` are the ones it was computed from."""
+    import hashlib
+
+    stat = ckpt.stat()
+    stamp = {"checkpoint_bytes": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
+             "valid_dir": str(Path(valid_dir).resolve()),
+             "valid_metrics_sha1": hashlib.sha1(Path(vm.__file__).read_bytes()).hexdigest()}
+    cache = ckpt.with_name(ckpt.stem + ".valid_metrics.json")
+    if cache.exists():
+        try:
+            stored = json.loads(cache.read_text(encoding="utf-8"))
+        except ValueError:
+            stored = {}
+        if stored.get("stamp") == stamp:
+            return stored["metrics"]
+    metrics = vm.evaluate(ckpt, valid_dir, config)
+    cache.write_text(json.dumps({"stamp": stamp, "metrics": metrics}, indent=1) + "\n", encoding="utf-8")
+    return metrics
+
+
 def first_reaching(values: List[float], target: float, mode: str) -> Optional[int]:
     """Index of the first value at or beyond ``target`` (``mode`` "min": <=, "max": >=), else None."""
     for i, v in enumerate(values):
@@ -198,7 +223,7 @@ def report(args, arms: Dict[str, Path]) -> dict:
             rows = []
             for i, epoch in enumerate(run.epochs):
                 ckpt = exp_dir / "epochs" / f"{epoch}epoch.pth"
-                valid = vm.evaluate(ckpt, args.valid_dir, exp_dir / "config.yaml") if ckpt.exists() else {}
+                valid = evaluate_cached(vm, ckpt, args.valid_dir, exp_dir / "config.yaml") if ckpt.exists() else {}
                 rows.append({"epoch": epoch, "wall_sec": run.wall_seconds[i], "train_sec": run.cumulative_seconds[i],
                              "steps": run.steps[i], "encoder_input_frames": sum(per_epoch[:epoch]), **valid})
                 print(f"[{tag}] epoch {epoch}: {rows[-1]}", flush=True)
@@ -240,8 +265,9 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
     mean wall-clock, mean valid figures, and in how many seeds the arm is at least as good as the
     target arm at that epoch.
 
-    Returns ``{arm: [{"epoch", "seeds", "wall_sec", "acc_token", "ter_ctc_token",
-    "seeds_ctc_not_behind", "seeds_acc_not_behind", "wall_ratio_to_target_arm"}, ...]}``;
+    Returns ``{arm: [{"epoch", "seeds", "wall_sec", "acc_token", "ter_ctc_token", "att_loss_target",
+    "seeds_ctc_not_behind", "seeds_acc_not_behind", "seeds_att_loss_not_behind",
+    "wall_ratio_to_target_arm"}, ...]}``;
     ``wall_ratio_to_target_arm`` is the mean over seeds of the arm's wall-clock at that epoch over
     the target arm's in the same seed (only meaningful where the arms of a seed ran side by side).
     A seed-to-seed spread larger than the difference between arms shows up as split counts.
@@ -269,8 +295,11 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
             rows.append({
                 "epoch": epoch, "seeds": len(pairs), "wall_sec": mean("wall_sec"),
                 "acc_token": mean("acc_token"), "ter_ctc_token": mean("ter_ctc_token"),
+                "att_loss_target": mean("att_loss_target"),
                 "seeds_ctc_not_behind": sum(a.get("ter_ctc_token", nan) <= b.get("ter_ctc_token", nan) for a, b in pairs),
                 "seeds_acc_not_behind": sum(a.get("acc_token", nan) >= b.get("acc_token", nan) for a, b in pairs),
+                "seeds_att_loss_not_behind": sum(
+                    a.get("att_loss_target", nan) <= b.get("att_loss_target", nan) for a, b in pairs),
                 "wall_ratio_to_target_arm": sum(a["wall_sec"] / b["wall_sec"] for a, b in pairs) / len(pairs),
             })
         out[arm] = rows
@@ -292,27 +321,31 @@ def markdown(results: dict) -> str:
             frames_per_epoch = "—" if frames is None else f"{frames / last['epoch']:,.0f}"
             lines.append(f"| {arm} | {seed} | {e['target']:.3f} | {' | '.join(reached)} | {wer} "
                          f"| {last['wall_sec']:.0f} | {frames_per_epoch} |")
-    lines += ["", "| arm | seed | epoch | wall-clock s | steps | valid acc (all targets) | valid CTC WER |",
-              "|---|---|---|---|---|---|---|"]
+    nan = float("nan")
+    lines += ["", "| arm | seed | epoch | wall-clock s | steps | valid acc (all targets) | valid CTC WER "
+              "| valid att. loss / target | `<eos>` argmax share |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for arm, seeds in results["arms"].items():
         for seed, e in seeds.items():
             for r in e["epochs"]:
                 lines.append(f"| {arm} | {seed} | {r['epoch']} | {r['wall_sec']:.0f} | {r['steps']} "
-                             f"| {r.get('acc_token', float('nan')):.3f} | {r.get('ter_ctc_token', float('nan')):.3f} |")
+                             f"| {r.get('acc_token', nan):.3f} | {r.get('ter_ctc_token', nan):.3f} "
+                             f"| {r.get('att_loss_target', nan):.3f} | {r.get('eos_prediction_share', nan):.2f} |")
     means = seed_means(results)
     if any(row["seeds"] > 1 for rows in means.values() for row in rows):
         ref = results["target_arm"]
         lines += ["", f"Mean over seeds; \"not behind\": seeds in which the arm's figure is at least `{ref}`'s "
                   "at the same epoch.", "",
                   f"| arm | epoch | seeds | mean wall-clock s | × `{ref}`'s | mean valid acc | not behind (acc) "
-                  "| mean valid CTC WER | not behind (CTC) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| mean valid CTC WER | not behind (CTC) | mean valid att. loss / target | not behind (att. loss) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for arm, rows in means.items():
             for r in rows:
                 lines.append(f"| {arm} | {r['epoch']} | {r['seeds']} | {r['wall_sec']:.0f} "
                              f"| {r['wall_ratio_to_target_arm']:.2f} | {r['acc_token']:.3f} "
                              f"| {r['seeds_acc_not_behind']}/{r['seeds']} | {r['ter_ctc_token']:.3f} "
-                             f"| {r['seeds_ctc_not_behind']}/{r['seeds']} |")
+                             f"| {r['seeds_ctc_not_behind']}/{r['seeds']} | {r.get('att_loss_target', nan):.3f} "
+                             f"| {r.get('seeds_att_loss_not_behind', 0)}/{r['seeds']} |")
     return "\n".join(lines)
 
 
@@ -322,7 +355,8 @@ def plot(results: dict, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    keys = ("ter_ctc_token", "acc_token", "att_loss_target")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     means = results.get("seed_means") or seed_means(results)
     for k, (arm, seeds) in enumerate(results["arms"].items()):
@@ -331,16 +365,18 @@ def plot(results: dict, png: Path) -> None:
         for e in seeds.values():
             minutes = [r["wall_sec"] / 60 for r in e["epochs"]]
             kw = dict(color=colour, lw=0.8, alpha=0.35, ms=2) if several else dict(color=colour, ms=4, label=arm)
-            for ax, key in zip(axes, ("ter_ctc_token", "acc_token")):
+            for ax, key in zip(axes, keys):
                 ax.plot(minutes, [r.get(key, float("nan")) for r in e["epochs"]], "-o", **kw)
         if several and means.get(arm):
             minutes = [r["wall_sec"] / 60 for r in means[arm]]
             label = f"{arm} (mean of {max(r['seeds'] for r in means[arm])} seeds)"
-            for ax, key in zip(axes, ("ter_ctc_token", "acc_token")):
-                ax.plot(minutes, [r[key] for r in means[arm]], "-o", color=colour, lw=2.2, ms=5, label=label)
+            for ax, key in zip(axes, keys):
+                ax.plot(minutes, [r.get(key, float("nan")) for r in means[arm]], "-o", color=colour, lw=2.2, ms=5,
+                        label=label)
     axes[0].set_ylabel("valid CTC greedy WER")
     axes[0].set_yscale("log")
     axes[1].set_ylabel("valid attention accuracy (all targets)")
+    axes[2].set_ylabel("valid attention loss per target (label-smoothed)")
     for ax in axes:
         ax.set_xlabel("wall-clock since training start (min, validation included)")
         ax.grid(alpha=0.3)

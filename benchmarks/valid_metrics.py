@@ -14,7 +14,16 @@ validation utterances one at a time and reports, for every model alike:
 * ``acc_utt``: the mean of the utterances' attention accuracies (utterance-weighted);
 * ``ter_ctc_token``: CTC greedy-search token error rate (edit distance over reference
   tokens; with ``token_type: word`` this is the CTC WER), over all reference tokens;
-* ``ter_ctc_utt``: the mean of the utterances' CTC token error rates.
+* ``ter_ctc_utt``: the mean of the utterances' CTC token error rates;
+* ``att_loss_target``: the attention criterion (ESPnet's label-smoothed KL divergence, the
+  model's ``lsm_weight``) summed over all decoder targets and divided by their number
+  (``<eos>`` included), i.e. the same per-target figure for both models, where the logs'
+  ``loss_att`` is per utterance (``model: espnet``) or per transcript token without
+  ``<eos>`` (``model: token_normalized``);
+* ``eos_prediction_share``: the share of decoder targets at which the decoder's argmax is
+  ``<eos>`` (teacher forcing).  A decoder that has not yet learned anything beyond the
+  token frequencies predicts one token everywhere: ``<eos>`` (accuracy = the ``<eos>``
+  share of the targets) or one digit (accuracy = that digit's share).
 
 Usage::
 
@@ -40,6 +49,7 @@ import jiwer
 import torch
 
 import espnet_dynres  # noqa: F401  (registers the plugin's names)
+from espnet.nets.pytorch_backend.transformer.add_sos_eos import add_sos_eos
 from espnet2.tasks.asr import ASRTask
 
 
@@ -66,6 +76,7 @@ def evaluate(model_file: Path, valid_dir: Path, config: Path = None) -> Dict[str
     iterator = speech_text_iterator(train_args, valid_dir, batch_size=1)
     correct = targets = 0.0
     errors = ref_tokens = 0.0
+    att_loss_sum = eos_predictions = 0.0
     acc_utts, ter_utts = [], []
     for _keys, batch in iterator:
         batch = {k: v for k, v in batch.items() if not k.endswith("utt_id")}
@@ -75,10 +86,15 @@ def evaluate(model_file: Path, valid_dir: Path, config: Path = None) -> Dict[str
         correct += acc * d
         targets += d
         acc_utts.append(acc)
+        enc, enc_lens = model.encode(batch["speech"], batch["speech_lengths"])  # (1, T_enc, D), (1,)
+        if isinstance(enc, tuple):
+            enc = enc[0]
+        ys_in, ys_out = add_sos_eos(batch["text"], model.sos, model.eos, model.ignore_id)  # (1, U + 1) each
+        dec_out, _ = model.decoder(enc, enc_lens, ys_in, batch["text_lengths"] + 1)  # (1, U + 1, V)
+        att_loss = float(model.criterion_att(dec_out, ys_out))  # sum over targets / B (B = 1), or their mean
+        att_loss_sum += att_loss * d if model.criterion_att.normalize_length else att_loss
+        eos_predictions += float((dec_out.argmax(-1) == model.eos).sum())
         if model.ctc is not None and model.ctc_weight > 0:
-            enc, enc_lens = model.encode(batch["speech"], batch["speech_lengths"])
-            if isinstance(enc, tuple):
-                enc = enc[0]
             best = model.ctc.argmax(enc)[0, : int(enc_lens[0])]  # (T_enc,) greedy path
             hyp = [int(t) for t in torch.unique_consecutive(best) if int(t) != model.blank_id]
             ref = [int(t) for t in batch["text"][0, : int(batch["text_lengths"][0])]]
@@ -88,7 +104,8 @@ def evaluate(model_file: Path, valid_dir: Path, config: Path = None) -> Dict[str
             errors += n_err
             ref_tokens += len(ref)
             ter_utts.append(n_err / max(len(ref), 1))
-    out = {"utterances": len(acc_utts), "acc_token": correct / targets, "acc_utt": sum(acc_utts) / len(acc_utts)}
+    out = {"utterances": len(acc_utts), "acc_token": correct / targets, "acc_utt": sum(acc_utts) / len(acc_utts),
+           "att_loss_target": att_loss_sum / targets, "eos_prediction_share": eos_predictions / targets}
     if ter_utts:
         out |= {"ter_ctc_token": errors / ref_tokens, "ter_ctc_utt": sum(ter_utts) / len(ter_utts)}
     return out
@@ -124,7 +141,8 @@ def main(argv=None) -> int:
         results[name] = evaluate(path, args.valid_dir, config)
         r = results[name]
         print(f"{name:24s} acc_token={r['acc_token']:.3f} acc_utt={r['acc_utt']:.3f} "
-              f"ter_ctc_token={r.get('ter_ctc_token', float('nan')):.3f} ter_ctc_utt={r.get('ter_ctc_utt', float('nan')):.3f}",
+              f"ter_ctc_token={r.get('ter_ctc_token', float('nan')):.3f} ter_ctc_utt={r.get('ter_ctc_utt', float('nan')):.3f} "
+              f"att_loss_target={r['att_loss_target']:.3f} eos_prediction_share={r['eos_prediction_share']:.3f}",
               flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

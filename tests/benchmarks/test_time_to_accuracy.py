@@ -41,15 +41,17 @@ def test_target_is_the_reference_arms_best_and_each_arm_its_first_epoch_there():
 def test_seed_means_pair_each_seed_with_the_target_arm(tmp_path):
     tta = load()
 
-    def arm(wers, accs, secs):
+    def arm(wers, accs, secs, losses):
         c = curve(wers, secs)
-        for row, acc in zip(c["epochs"], accs):
-            row["acc_token"] = acc
+        for row, acc, loss in zip(c["epochs"], accs, losses):
+            row["acc_token"], row["att_loss_target"] = acc, loss
         return c
 
     results = {"metric": "ter_ctc_token", "target_arm": "numel", "arms": {
-        "numel": {0: arm([0.5, 0.1], [0.2, 0.3], [100, 200]), 1: arm([0.4, 0.2], [0.1, 0.4], [100, 200])},
-        "dynres": {0: arm([0.3, 0.2], [0.3, 0.3], [110, 220]), 1: arm([0.4, 0.1], [0.2, 0.3], [90, 180])},
+        "numel": {0: arm([0.5, 0.1], [0.2, 0.3], [100, 200], [1.8, 1.5]),
+                  1: arm([0.4, 0.2], [0.1, 0.4], [100, 200], [1.9, 1.6])},
+        "dynres": {0: arm([0.3, 0.2], [0.3, 0.3], [110, 220], [1.9, 1.4]),
+                   1: arm([0.4, 0.1], [0.2, 0.3], [90, 180], [1.85, 1.5])},
     }}
     means = tta.seed_means(results)
     ep1, ep2 = means["dynres"]
@@ -57,10 +59,12 @@ def test_seed_means_pair_each_seed_with_the_target_arm(tmp_path):
     assert ep1["ter_ctc_token"] == pytest.approx(0.35) and ep2["acc_token"] == pytest.approx(0.3)
     assert ep1["seeds_ctc_not_behind"] == 2 and ep2["seeds_ctc_not_behind"] == 1  # seed 0 behind at epoch 2
     assert ep1["seeds_acc_not_behind"] == 2 and ep2["seeds_acc_not_behind"] == 1
+    assert ep1["att_loss_target"] == pytest.approx(1.875) and ep2["att_loss_target"] == pytest.approx(1.45)
+    assert ep1["seeds_att_loss_not_behind"] == 1 and ep2["seeds_att_loss_not_behind"] == 2  # lower loss is ahead
     assert ep2["wall_ratio_to_target_arm"] == pytest.approx((1.1 + 0.9) / 2)
     assert all(r["seeds_ctc_not_behind"] == r["seeds"] for r in means["numel"])  # the target arm against itself
     table = tta.markdown(tta.add_targets(results, ["numel", "dynres"], [0, 1]))
-    assert "| dynres | 2 | 2 | 200 | 1.00 | 0.300 | 1/2 | 0.150 | 1/2 |" in table
+    assert "| dynres | 2 | 2 | 200 | 1.00 | 0.300 | 1/2 | 0.150 | 1/2 | 1.450 | 2/2 |" in table
     tta.plot(results, tmp_path / "tta.png")
     assert (tmp_path / "tta.png").stat().st_size > 0
 
@@ -132,3 +136,32 @@ def test_gpu_script_time_to_accuracy_mode_dry_run(tmp_path):
     assert results["arms"]["dynres"]["0"]["test"]["N"] > 0
     bad = subprocess.run(["bash", str(script), "--mode", "bogus"], capture_output=True, text=True, env=env)
     assert bad.returncode != 0 and "unknown --mode bogus" in bad.stderr
+
+
+def test_valid_figures_are_reused_only_for_the_same_checkpoint_data_and_script(tmp_path):
+    import os
+    import types
+
+    tta = load()
+    script = tmp_path / "valid_metrics.py"
+    script.write_text("# version 1\n")
+    calls = []
+    vm = types.SimpleNamespace(__file__=str(script),
+                               evaluate=lambda ckpt, valid, config: calls.append(ckpt) or {"acc_token": len(calls)})
+    ckpt = tmp_path / "epochs" / "1epoch.pth"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"weights")
+    valid = tmp_path / "dev"
+    valid.mkdir()
+    assert tta.evaluate_cached(vm, ckpt, valid, None) == {"acc_token": 1}
+    assert tta.evaluate_cached(vm, ckpt, valid, None) == {"acc_token": 1} and len(calls) == 1  # reused
+    assert (ckpt.parent / "1epoch.valid_metrics.json").exists()
+    ckpt.write_bytes(b"weights, retrained")
+    assert tta.evaluate_cached(vm, ckpt, valid, None) == {"acc_token": 2}  # a new checkpoint: evaluated again
+    script.write_text("# version 2\n")
+    assert tta.evaluate_cached(vm, ckpt, valid, None) == {"acc_token": 3}  # a changed metric script: again
+    other = tmp_path / "test"
+    other.mkdir()
+    assert tta.evaluate_cached(vm, ckpt, other, None) == {"acc_token": 4}  # other data: again
+    os.utime(ckpt, ns=(0, 0))
+    assert tta.evaluate_cached(vm, ckpt, other, None) == {"acc_token": 5}  # same bytes, other mtime: again

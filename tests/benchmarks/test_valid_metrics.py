@@ -51,3 +51,33 @@ def test_epochs_mode_evaluates_every_epoch_checkpoint(setup, tmp_path):
 
     result = json.loads(out.read_text())
     assert list(result) == ["arm@1", "arm@2", "arm@10"]
+
+
+def test_attention_loss_per_target_is_the_same_for_both_batch_weights(setup):
+    vm = load()
+    data, models = setup
+    tn = vm.evaluate(models["token_normalized"][1], data, models["token_normalized"][0])
+    stock = vm.evaluate(models["espnet"][1], data, models["espnet"][0])
+    assert tn["att_loss_target"] == pytest.approx(stock["att_loss_target"], rel=1e-5)
+    assert tn["att_loss_target"] > 0.0 and 0.0 <= tn["eos_prediction_share"] <= 1.0
+    assert tn["eos_prediction_share"] == stock["eos_prediction_share"]
+
+
+def test_attention_loss_per_target_matches_the_models_own_loss(setup):
+    """The stock model's ``loss_att`` at batch size 1 is the target sum; divided by U + 1 targets."""
+    vm = load()
+    data, models = setup
+    from espnet2.tasks.asr import ASRTask
+
+    model, train_args = ASRTask.build_model_from_file(models["espnet"][0], models["espnet"][1], "cpu")
+    model.eval()
+    total = targets = 0.0
+    with torch.no_grad():
+        for _keys, batch in vm.speech_text_iterator(train_args, data, batch_size=1):
+            batch = {k: v for k, v in batch.items() if not k.endswith("utt_id")}
+            _, stats, _ = model(**batch)
+            total += float(stats["loss_att"])
+            targets += float(batch["text_lengths"].sum()) + 1.0
+    assert vm.evaluate(models["espnet"][1], data, models["espnet"][0])["att_loss_target"] == pytest.approx(
+        total / targets, rel=1e-5
+    )
