@@ -38,6 +38,7 @@ attention loss per target against wall-clock).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -56,6 +57,9 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 METRICS = {"ter_ctc_token": "min", "acc_token": "max", "att_loss_target": "min"}
+# seed_means' count of seeds in which an arm is not behind the target arm, per metric
+NOT_BEHIND = {"ter_ctc_token": "seeds_ctc_not_behind", "acc_token": "seeds_acc_not_behind",
+              "att_loss_target": "seeds_att_loss_not_behind"}
 
 
 def _load(name: str):
@@ -173,8 +177,6 @@ def evaluate_cached(vm, ckpt: Path, valid_dir: Path, config: Path) -> dict:
     """``valid_metrics.evaluate`` of one checkpoint, stored in ``<ckpt stem>.valid_metrics.json`` and
     reused only while the checkpoint (size, mtime), the valid directory and the source of
     ``valid_metrics.py`` are the ones it was computed from."""
-    import hashlib
-
     stat = ckpt.stat()
     stamp = {"checkpoint_bytes": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
              "valid_dir": str(Path(valid_dir).resolve()),
@@ -192,10 +194,15 @@ def evaluate_cached(vm, ckpt: Path, valid_dir: Path, config: Path) -> dict:
     return metrics
 
 
+def not_behind(value: float, reference: float, mode: str) -> bool:
+    """``value`` at least as good as ``reference`` (``mode`` "min": lower is better, "max": higher)."""
+    return value <= reference if mode == "min" else value >= reference
+
+
 def first_reaching(values: List[float], target: float, mode: str) -> Optional[int]:
     """Index of the first value at or beyond ``target`` (``mode`` "min": <=, "max": >=), else None."""
     for i, v in enumerate(values):
-        if v == v and (v <= target if mode == "min" else v >= target):
+        if v == v and not_behind(v, target, mode):
             return i
     return None
 
@@ -296,10 +303,8 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
                 "epoch": epoch, "seeds": len(pairs), "wall_sec": mean("wall_sec"),
                 "acc_token": mean("acc_token"), "ter_ctc_token": mean("ter_ctc_token"),
                 "att_loss_target": mean("att_loss_target"),
-                "seeds_ctc_not_behind": sum(a.get("ter_ctc_token", nan) <= b.get("ter_ctc_token", nan) for a, b in pairs),
-                "seeds_acc_not_behind": sum(a.get("acc_token", nan) >= b.get("acc_token", nan) for a, b in pairs),
-                "seeds_att_loss_not_behind": sum(
-                    a.get("att_loss_target", nan) <= b.get("att_loss_target", nan) for a, b in pairs),
+                **{count: sum(not_behind(a.get(key, nan), b.get(key, nan), METRICS[key]) for a, b in pairs)
+                   for key, count in NOT_BEHIND.items()},
                 "wall_ratio_to_target_arm": sum(a["wall_sec"] / b["wall_sec"] for a, b in pairs) / len(pairs),
             })
         out[arm] = rows
