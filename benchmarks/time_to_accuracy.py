@@ -32,7 +32,9 @@ not trained again (``--retrain`` forces it), and a checkpoint's valid figures ar
 (``<N>epoch.valid_metrics.json``) and reused while the checkpoint, the valid directory and
 ``benchmarks/valid_metrics.py`` are unchanged.  Outputs in ``--out_dir``: ``time_to_accuracy.json``,
 ``time_to_accuracy.md`` and ``time_to_accuracy.png`` (valid CTC error rate, attention accuracy and
-attention loss per target against wall-clock).
+attention loss per target against wall-clock).  With several seeds the report adds the mean over
+seeds per arm and epoch and the mean paired difference to the target arm with its 95 % interval
+(:func:`paired_difference`).
 """
 
 from __future__ import annotations
@@ -267,6 +269,30 @@ def add_targets(results: dict, arms: List[str], seeds: List[int]) -> dict:
     return results
 
 
+def paired_difference(values: List[float], references: List[float]) -> Dict[str, float]:
+    """Mean of the per-seed differences ``value - reference`` with a two-sided 95 % interval.
+
+    The interval is Student's t for the mean of paired differences (``scipy.stats.t``, ``n - 1``
+    degrees of freedom): ``mean ± t_0.975(n-1) × sd / sqrt(n)``; with one seed (no spread to
+    estimate) its half-width is NaN.  An interval that contains 0 means the arms cannot be told
+    apart at this number of seeds.
+
+    Returns:
+        ``{"mean", "ci95", "low", "high", "seeds"}`` (``ci95`` the half-width; NaN without data).
+    """
+    import numpy as np
+    from scipy import stats
+
+    d = np.asarray(values, dtype=float) - np.asarray(references, dtype=float)
+    d = d[np.isfinite(d)]
+    n = int(d.size)
+    if n == 0:
+        return {"mean": float("nan"), "ci95": float("nan"), "low": float("nan"), "high": float("nan"), "seeds": 0}
+    mean = float(d.mean())
+    half = float(stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+    return {"mean": mean, "ci95": half, "low": mean - half, "high": mean + half, "seeds": n}
+
+
 def seed_means(results: dict) -> Dict[str, List[dict]]:
     """Per arm and epoch, over the seeds in which both the arm and the target arm have that epoch:
     mean wall-clock, mean valid figures, and in how many seeds the arm is at least as good as the
@@ -276,7 +302,9 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
     "seeds_ctc_not_behind", "seeds_acc_not_behind", "seeds_att_loss_not_behind",
     "wall_ratio_to_target_arm"}, ...]}``;
     ``wall_ratio_to_target_arm`` is the mean over seeds of the arm's wall-clock at that epoch over
-    the target arm's in the same seed (only meaningful where the arms of a seed ran side by side).
+    the target arm's in the same seed (only meaningful where the arms of a seed ran side by side);
+    ``diff_<metric>`` the mean per-seed difference to the target arm with its 95 % interval
+    (:func:`paired_difference`).
     A seed-to-seed spread larger than the difference between arms shows up as split counts.
     """
     nan = float("nan")
@@ -306,6 +334,8 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
                 **{count: sum(not_behind(a.get(key, nan), b.get(key, nan), METRICS[key]) for a, b in pairs)
                    for key, count in NOT_BEHIND.items()},
                 "wall_ratio_to_target_arm": sum(a["wall_sec"] / b["wall_sec"] for a, b in pairs) / len(pairs),
+                **{f"diff_{key}": paired_difference([a.get(key, nan) for a, _ in pairs],
+                                                    [b.get(key, nan) for _, b in pairs]) for key in METRICS},
             })
         out[arm] = rows
     return out
@@ -351,6 +381,21 @@ def markdown(results: dict) -> str:
                              f"| {r['seeds_acc_not_behind']}/{r['seeds']} | {r['ter_ctc_token']:.3f} "
                              f"| {r['seeds_ctc_not_behind']}/{r['seeds']} | {r.get('att_loss_target', nan):.3f} "
                              f"| {r.get('seeds_att_loss_not_behind', 0)}/{r['seeds']} |")
+        lines += ["", f"Paired difference to `{ref}` (arm − `{ref}`, same seed and epoch): mean and two-sided "
+                  "95 % interval (Student's t over seeds). CTC WER and attention loss: negative is ahead; "
+                  "accuracy: positive is ahead. An interval containing 0: not told apart at this many seeds.", "",
+                  "| arm | epoch | seeds | Δ valid CTC WER | Δ valid acc | Δ valid att. loss / target |",
+                  "|---|---|---|---|---|---|"]
+
+        def ci(d):
+            return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d["seeds"] > 1 else f"{d['mean']:+.3f}"
+
+        for arm, rows in means.items():
+            if arm == ref:
+                continue
+            for r in rows:
+                lines.append(f"| {arm} | {r['epoch']} | {r['seeds']} | {ci(r['diff_ter_ctc_token'])} "
+                             f"| {ci(r['diff_acc_token'])} | {ci(r['diff_att_loss_target'])} |")
     return "\n".join(lines)
 
 

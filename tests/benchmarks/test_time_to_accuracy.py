@@ -63,10 +63,26 @@ def test_seed_means_pair_each_seed_with_the_target_arm(tmp_path):
     assert ep1["seeds_att_loss_not_behind"] == 1 and ep2["seeds_att_loss_not_behind"] == 2  # lower loss is ahead
     assert ep2["wall_ratio_to_target_arm"] == pytest.approx((1.1 + 0.9) / 2)
     assert all(r["seeds_ctc_not_behind"] == r["seeds"] for r in means["numel"])  # the target arm against itself
+    # paired differences: CTC WER epoch 1 is (-0.2, 0.0): mean -0.1, sd 0.1414, t_0.975(1) = 12.706
+    d = ep1["diff_ter_ctc_token"]
+    assert d["seeds"] == 2 and d["mean"] == pytest.approx(-0.1)
+    assert d["ci95"] == pytest.approx(12.7062 * 0.141421 / 2 ** 0.5, rel=1e-4)
+    assert d["low"] == pytest.approx(d["mean"] - d["ci95"]) and d["high"] == pytest.approx(d["mean"] + d["ci95"])
+    assert means["numel"][0]["diff_acc_token"]["mean"] == 0.0
     table = tta.markdown(tta.add_targets(results, ["numel", "dynres"], [0, 1]))
     assert "| dynres | 2 | 2 | 200 | 1.00 | 0.300 | 1/2 | 0.150 | 1/2 | 1.450 | 2/2 |" in table
+    assert "| dynres | 1 | 2 | -0.100 [-1.371, +1.171] |" in table
     tta.plot(results, tmp_path / "tta.png")
     assert (tmp_path / "tta.png").stat().st_size > 0
+
+
+def test_paired_difference_interval_matches_students_t():
+    tta = load()
+    d = tta.paired_difference([1.0, 2.0, 3.0, float("nan")], [0.0, 0.0, 0.0, 1.0])  # NaN pair left out
+    assert d["seeds"] == 3 and d["mean"] == pytest.approx(2.0)
+    assert d["ci95"] == pytest.approx(4.302653 / 3 ** 0.5, rel=1e-6)  # t_0.975(2) x sd 1 / sqrt(3)
+    one = tta.paired_difference([0.5], [0.25])
+    assert one["mean"] == 0.25 and one["seeds"] == 1 and one["ci95"] != one["ci95"]  # no spread from one seed
 
 
 def test_accuracy_metric_targets_the_maximum():
