@@ -85,17 +85,37 @@ def finished_epochs(exp_dir: Path) -> int:
 
 
 def copy_epoch_checkpoints(exp_dir: Path, stop: threading.Event, poll_sec: float = 2.0) -> None:
-    """Copy each ``<N>epoch.pth`` to ``exp_dir/epochs/`` before ESPnet's ``keep_nbest_models`` prunes it."""
+    """Copy each ``<N>epoch.pth`` to ``exp_dir/epochs/`` before ESPnet's ``keep_nbest_models`` prunes it.
+
+    ESPnet writes a checkpoint in place (``torch.save``), so a file seen mid-write is not copied:
+    a checkpoint is copied once its size and modification time are the same at two polls in a
+    row (or when training has ended, ``stop`` set), and copied again whenever the source differs
+    from the copy (``shutil.copy2`` keeps the modification time, so a finished copy matches).
+    """
     out = exp_dir / "epochs"
+    seen: Dict[str, tuple] = {}  # name -> (size, mtime_ns) at the previous poll
     while True:
+        final = stop.is_set()
         out.mkdir(parents=True, exist_ok=True)
         for f in exp_dir.glob("*epoch.pth"):
-            if not (out / f.name).exists():
+            try:
+                st = f.stat()
+            except FileNotFoundError:  # pruned between glob and stat
+                continue
+            sig = (st.st_size, st.st_mtime_ns)
+            stable = final or seen.get(f.name) == sig
+            seen[f.name] = sig
+            dst = out / f.name
+            if dst.exists():
+                d = dst.stat()
+                if (d.st_size, d.st_mtime_ns) == sig:
+                    continue
+            if stable:
                 try:
-                    shutil.copy2(f, out / f.name)
-                except FileNotFoundError:  # pruned between glob and copy: nothing to keep
+                    shutil.copy2(f, dst)
+                except FileNotFoundError:  # pruned between stat and copy: nothing to keep
                     pass
-        if stop.is_set():
+        if final:
             return
         stop.wait(poll_sec)
 

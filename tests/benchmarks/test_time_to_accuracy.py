@@ -181,3 +181,27 @@ def test_valid_figures_are_reused_only_for_the_same_checkpoint_data_and_script(t
     assert tta.evaluate_cached(vm, ckpt, other, None) == {"acc_token": 4}  # other data: again
     os.utime(ckpt, ns=(0, 0))
     assert tta.evaluate_cached(vm, ckpt, other, None) == {"acc_token": 5}  # same bytes, other mtime: again
+
+
+def test_epoch_checkpoints_are_copied_only_once_written(tmp_path):
+    """A checkpoint seen mid-write (ESPnet's torch.save in place) must not stay a truncated copy."""
+    import threading
+    import time
+
+    tta = load()
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    ckpt = exp / "1epoch.pth"
+    ckpt.write_bytes(b"partial")  # the writer is still at work
+    stop = threading.Event()
+    copier = threading.Thread(target=tta.copy_epoch_checkpoints, args=(exp, stop, 0.05))
+    copier.start()
+    time.sleep(0.03)
+    ckpt.write_bytes(b"partial" + b"x" * 1000)  # the write finishes
+    time.sleep(0.4)
+    (exp / "2epoch.pth").write_bytes(b"second")
+    stop.set()
+    copier.join(5)
+    assert not copier.is_alive()
+    assert (exp / "epochs" / "1epoch.pth").read_bytes() == ckpt.read_bytes()
+    assert (exp / "epochs" / "2epoch.pth").read_bytes() == b"second"  # copied on the final pass
