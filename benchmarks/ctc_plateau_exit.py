@@ -33,9 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from training_curves import _EPOCH, _values  # noqa: E402  (the epoch-results and k=v parsers of train.log)
+
+from espnet_dynres.samplers.dynres_batch_sampler import read_shape_file  # noqa: E402  (the one shape-file reader)
+
 _WINDOW = re.compile(r"(\d+)epoch:train:(\d+)-(\d+)batch: (.*)$")
-_RESULTS = re.compile(r"(\d+)epoch results: \[train\] .*?total_count=(\d+)")
-_LOSS_CTC = re.compile(r"\bloss_ctc=([-+0-9.eE]+)")
 
 
 @dataclass
@@ -61,20 +65,10 @@ def mean_tokens_per_utterance(text_shape: Path) -> float:
     """Mean of the first field of an ESPnet shape file (``utt_id N[,V]``): tokens per utterance.
 
     Raises:
-        ValueError: an empty file or a line that is not ``utt_id N[,V]`` (file and line named).
+        ValueError: an empty file, a blank or malformed line, or a repeated key (file and line
+            named; :func:`espnet_dynres.samplers.dynres_batch_sampler.read_shape_file`).
     """
-    total, count = 0, 0
-    with open(text_shape, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            try:
-                total += int(parts[1].split(",")[0])
-            except (IndexError, ValueError):
-                raise ValueError(f"{text_shape}:{lineno}: expected 'utt_id N[,V]', got {line.rstrip()!r}") from None
-            count += 1
-    if count == 0:
-        raise ValueError(f"{text_shape}: no utterances")
-    return total / count
+    return float(read_shape_file(text_shape)[1].mean())
 
 
 def windows(log_text: str, tokens_per_utt: float) -> Tuple[List[Tuple[int, int, int, float]], bool]:
@@ -85,20 +79,20 @@ def windows(log_text: str, tokens_per_utt: float) -> Tuple[List[Tuple[int, int, 
     """
     out, done, per_token = [], {}, False
     for line in log_text.splitlines():
-        m = _RESULTS.search(line)
+        m = _EPOCH.search(line)
         if m:
-            done[int(m.group(1))] = int(m.group(2))  # cumulative steps after epoch E
+            done[int(m.group(1))] = int(_values(m.group(2)).get("total_count", 0))  # cumulative steps after epoch E
             continue
         m = _WINDOW.search(line)
         if not m:
             continue
-        loss = _LOSS_CTC.search(m.group(4))
-        if not loss:
+        values = _values(m.group(4))
+        if "loss_ctc" not in values:
             continue
         epoch, end = int(m.group(1)), int(m.group(3))
-        token_line = "batch_tokens=" in m.group(4)
+        token_line = "batch_tokens" in values
         per_token = per_token or token_line
-        value = float(loss.group(1)) if token_line else float(loss.group(1)) / tokens_per_utt
+        value = values["loss_ctc"] if token_line else values["loss_ctc"] / tokens_per_utt
         out.append((epoch, end, done.get(epoch - 1, 0) + end, value))
     return out, per_token
 
