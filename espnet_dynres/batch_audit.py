@@ -14,6 +14,9 @@ utterances in seconds):
   to its longest member: at the frames the sampler planned for each member
   (``planned_utt_frames``, e.g. each at its lowest rate), or at the standard
   rate when those are not given;
+* **audio per batch** (seconds, sum of the members' ``samples / fs``): the
+  actual work of a training step at any frame rate, so the quantity to match
+  when two samplers are compared "at equal audio per step";
 * **per-batch target-token counts** (sum of the text shape file's first field
   over the batch): min / 5 % / median / 95 % / max / coefficient of variation
   (std / mean, population std);
@@ -153,12 +156,15 @@ class BatchAudit:
             docstring); the standard rate for every utterance of a padded batch.
         off_standard_rate_fraction: share of utterances whose frame rate is more
             than :data:`OFF_STANDARD_TOLERANCE` away from the standard rate.
+        audio_sec: seconds of audio per batch (the actual work of a step, whatever
+            the frame rate or padding: compare samplers at equal mean audio_sec).
         build_time_sec: seconds to build the sampler and draw epoch 1's
             batches (0 when not measured).
         batch_sizes, batch_frames, batch_padded_frames, batch_tokens,
-        batch_min_sec, batch_max_sec: ``(num_batches,)`` per-batch arrays in the
-            sampler's order (sizes, ``B × T`` frames, padded frames, target tokens
-            or ``None``, shortest and longest member in seconds).
+        batch_audio_sec, batch_min_sec, batch_max_sec: ``(num_batches,)`` per-batch
+            arrays in the sampler's order (sizes, ``B × T`` frames, padded frames,
+            target tokens or ``None``, seconds of audio, shortest and longest
+            member in seconds).
     """
 
     batch_type: str
@@ -174,11 +180,13 @@ class BatchAudit:
     composition_change: Optional[float]
     frame_rate_hz: Optional[Distribution] = None
     off_standard_rate_fraction: float = 0.0
+    audio_sec: Optional[Distribution] = None
     build_time_sec: float = 0.0
     batch_sizes: np.ndarray = field(default=None, repr=False)
     batch_frames: np.ndarray = field(default=None, repr=False)
     batch_padded_frames: np.ndarray = field(default=None, repr=False)
     batch_tokens: Optional[np.ndarray] = field(default=None, repr=False)
+    batch_audio_sec: np.ndarray = field(default=None, repr=False)
     batch_min_sec: np.ndarray = field(default=None, repr=False)
     batch_max_sec: np.ndarray = field(default=None, repr=False)
 
@@ -186,7 +194,7 @@ class BatchAudit:
         """JSON-ready dict of the scalar results (no per-batch arrays; NaN becomes ``None``)."""
         out = asdict(self)
         for name in ("batch_sizes", "batch_frames", "batch_padded_frames", "batch_tokens",
-                     "batch_min_sec", "batch_max_sec"):
+                     "batch_audio_sec", "batch_min_sec", "batch_max_sec"):
             out.pop(name)
 
         def clean(x):
@@ -302,6 +310,7 @@ def audit_batches(
 
     std_frames = standard_frame_counts(table.num_samples[flat], hop_length_samples)
     seconds = table.num_samples[flat] / float(fs_hz)
+    batch_audio_sec = np.add.reduceat(seconds, starts)  # (num_batches,) s of audio per step
     min_sec = np.minimum.reduceat(seconds, starts)
     max_sec = np.maximum.reduceat(seconds, starts)
 
@@ -359,12 +368,14 @@ def audit_batches(
         tokens=tokens,
         composition_change=change,
         frame_rate_hz=Distribution.of(utt_rate_hz),
+        audio_sec=Distribution.of(batch_audio_sec),
         off_standard_rate_fraction=float(np.mean(np.abs(utt_rate_hz / standard_rate_hz - 1) > OFF_STANDARD_TOLERANCE)),
         build_time_sec=build_time_sec,
         batch_sizes=sizes,
         batch_frames=batch_frames,
         batch_padded_frames=batch_padded,
         batch_tokens=batch_tokens,
+        batch_audio_sec=batch_audio_sec,
         batch_min_sec=min_sec,
         batch_max_sec=max_sec,
     )
@@ -415,6 +426,7 @@ def build_batches(
     utt2min_frames: Optional[Dict[str, int]] = None,
     oversized: str = "warn",
     shuffle_jitter: float = 0.5,
+    batch_fill: str = "below",
     epoch: int = 1,
 ) -> SamplerBatches:
     """Build a sampler and draw the batches of epochs ``epoch`` and ``epoch + 1`` (default 1 and 2).
@@ -472,6 +484,7 @@ def build_batches(
             shuffle=True,
             oversized=oversized,
             shuffle_jitter=shuffle_jitter,
+            batch_fill=batch_fill,
         )
         sampler = DynResBatchSampler(**wanted)
         epoch1 = list(sampler.batches_for_epoch(epoch))

@@ -13,7 +13,7 @@ ESPnet switch      name                    what it is
 =================  ======================  ==============================================
 
 adds the dynres sampler's options to ESPnet's parser (``--oversized``,
-``--shuffle_jitter``: :data:`SAMPLER_ARGUMENTS`, refused with another batch type),
+``--shuffle_jitter``, ``--batch_fill``: :data:`SAMPLER_ARGUMENTS`, refused with another batch type),
 and wraps two ESPnet methods.  Their checks run only when one of the
 plugin's switches is on (:func:`espnet_dynres.input_checks.plugin_switches_on`):
 a stock configuration goes straight to ESPnet's code.  ``ASRTask.build_model`` first checks every
@@ -81,6 +81,12 @@ SAMPLER_ARGUMENTS = {
         type=str, default=None, choices=["warn", "error"],
         help="batch_type dynres: an utterance over batch_bins even at fallback_frame_rate_hz gets a batch of its "
              "own and a warning naming it (warn, the default) or stops training (error)",
+    ),
+    "batch_fill": dict(
+        type=str, default=None, choices=["below", "nearest"],
+        help="batch_type dynres: a batch closes below batch_bins at the batch rule's frame count (below, the "
+             "default) or nearest to it (nearest: an utterance that overshoots by less than the room left without "
+             "it joins and the batch's frame count is lowered to batch_bins // B inside the rate clamp)",
     ),
     "shuffle_jitter": dict(
         type=float, default=None,

@@ -120,6 +120,16 @@ def test_token_statistics_by_hand():
     assert audit.batch_size.median == 2 and audit.batch_size.max == 3
 
 
+def test_audio_per_batch_by_hand():
+    # 1 s + 2 s, 0.5 s: the audio per step whatever the frame rate or padding.
+    t = table([FS, 2 * FS, FS // 2])
+    audit = audit_batches(t, [t.keys[0:2], t.keys[2:3]], hop_length_samples=HOP, fs_hz=FS,
+                          planned_frames=[70, 40])
+    assert audit.batch_audio_sec.tolist() == [3.0, 0.5]
+    assert (audit.audio_sec.min, audit.audio_sec.max, audit.audio_sec.mean) == (0.5, 3.0, 1.75)
+    assert "batch_audio_sec" not in audit.summary() and audit.summary()["audio_sec"]["mean"] == 1.75
+
+
 def test_no_text_shape_no_token_statistics():
     t = table([HOP, 2 * HOP])
     audit = audit_batches(t, [tuple(t.keys)], hop_length_samples=HOP, fs_hz=FS)

@@ -54,6 +54,16 @@ def test_oversized_and_shuffle_jitter_reach_the_sampler_from_the_command_line_an
         train_sampler(args)
 
 
+def test_batch_fill_reaches_the_sampler_from_the_command_line_and_yaml(data_dir, tmp_path):
+    assert train_sampler(task_args(data_dir, "--batch_bins", "3000")).batch_fill == "below"  # default when unset
+    assert train_sampler(task_args(data_dir, "--batch_bins", "3000", "--batch_fill", "nearest")).batch_fill == "nearest"
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({"batch_fill": "nearest", "batch_bins": 3000}))
+    assert train_sampler(task_args(data_dir, "--config", str(config))).batch_fill == "nearest"
+    with pytest.raises(ValueError, match="batch_fill: below applies to batch_type dynres only"):
+        train_sampler(task_args(data_dir, "--batch_type", "numel", "--batch_fill", "below"))
+
+
 def test_dynres_only_options_are_refused_with_another_batch_type(data_dir):
     args = task_args(data_dir, "--batch_type", "numel", "--oversized", "warn")
     with pytest.raises(ValueError, match="oversized: warn applies to batch_type dynres only"):

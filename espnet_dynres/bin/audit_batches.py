@@ -83,6 +83,8 @@ def get_parser() -> argparse.ArgumentParser:
                    help="dynres: an utterance over batch_bins alone is warned about or refused (training's --oversized)")
     g.add_argument("--shuffle_jitter", type=float, default=0.5,
                    help="dynres: per-epoch perturbation of log-duration (training's --shuffle_jitter)")
+    g.add_argument("--batch_fill", choices=["below", "nearest"], default="below",
+                   help="dynres: close a batch below batch_bins or nearest to it (training's --batch_fill)")
     g.add_argument("--ctc_input_layer", default=None,
                    help="dynres: apply the trainer's CTC safety for this encoder input_layer (e.g. conv2d), "
                         "with U = token count from --text_shape (repeats unknown: a lower bound)")
@@ -118,6 +120,7 @@ def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
         f"{100 * OFF_STANDARD_TOLERANCE:.0f} % from the standard rate)"
     )
     lines.append("tokens per batch      : " + (dist(audit.tokens) if audit.tokens else "n/a (no --text_shape)"))
+    lines.append(f"audio per batch (s)   : {dist(audit.audio_sec, '{:.1f}')}")
     lines.append(f"composition change    : {change}  (epoch-1 co-batched pairs apart in epoch 2)")
     lines.append(f"build time            : {audit.build_time_sec:.2f} s")
     return "\n".join(lines)
@@ -174,7 +177,7 @@ def ctc_min_frames_from_tokens(keys: List[str], tokens: np.ndarray, input_layer:
 
 RATE_KEYS = ("fs", "hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz", "target_frame_rate_hz")
 CONFIG_KEYS = ("batch_type", "batch_bins", "batch_size", "max_batch_size", "min_batch_size", "seed", "sort_in_batch",
-               "sort_batch", "fold_length", "oversized", "shuffle_jitter")
+               "sort_batch", "fold_length", "oversized", "shuffle_jitter", "batch_fill")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -247,6 +250,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         utt2min_frames=utt2min_frames,
         oversized=args.oversized,
         shuffle_jitter=args.shuffle_jitter,
+        batch_fill=args.batch_fill,
         epoch=args.epoch,
     )
     audit = audit_batches(

@@ -2,6 +2,8 @@
 
 import collections
 
+import numpy as np
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -30,9 +32,10 @@ def lone_frames(num_samples, batch_bins):
 
 
 @FAST
-@given(durations=durations_sec, batch_bins=st.integers(50, 20000), epoch=st.integers(1, 6), seed=st.integers(0, 9))
-def test_each_utterance_once_per_epoch_and_budget_kept(tmp_path, durations, batch_bins, epoch, seed):
-    sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, seed=seed)
+@given(durations=durations_sec, batch_bins=st.integers(50, 20000), epoch=st.integers(1, 6), seed=st.integers(0, 9),
+       batch_fill=st.sampled_from(["nearest", "below"]))
+def test_each_utterance_once_per_epoch_and_budget_kept(tmp_path, durations, batch_bins, epoch, seed, batch_fill):
+    sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, seed=seed, batch_fill=batch_fill)
     batches, frames = sampler.batches_for_epoch(epoch), sampler.frames_for_epoch(epoch)
     counts = collections.Counter(k for batch in batches for k in batch)
     assert set(counts) == set(utt2samples) and set(counts.values()) == {1}
@@ -41,9 +44,44 @@ def test_each_utterance_once_per_epoch_and_budget_kept(tmp_path, durations, batc
         assert planned is not None  # min_batch_size=1: every batch has a common T
         if len(batch) == 1:
             assert planned == lone_frames(lengths[0], batch_bins)
-        else:
-            assert planned == POLICY.common_frame_count(lengths)
-            assert len(batch) * planned <= batch_bins  # hard budget: only a lone utterance may exceed it
+            continue
+        rule = POLICY.common_frame_count(lengths)
+        if len(batch) * rule <= batch_bins:
+            assert planned == rule
+        else:  # rule (e): joined nearest to the budget, T lowered to it inside every member's clamp
+            assert batch_fill == "nearest" and planned == batch_bins // len(batch)
+            assert all(POLICY.frame_count_range(n)[0] <= planned for n in lengths)
+        assert len(batch) * planned <= batch_bins  # hard budget: only a lone utterance may exceed it
+
+
+def test_nearest_fill_joins_an_utterance_that_overshoots_less_than_the_room_left(tmp_path):
+    # 36.0 s and 36.5 s: 3,601 + 3,651 standard frames; a budget of 7,200 leaves 3,599 frames of room
+    # beside the first, and the second overshoots by 52 at the rule's T (3,626): one batch at
+    # T = 3,600 (100.0 and 98.6 Hz), not two half-empty steps.  The 10 s clip shares no frame count
+    # with them inside the 70-130 Hz clamp and stays alone.
+    durations = [36.0, 36.5, 10.0]
+    sampler, _ = build(tmp_path, durations, batch_bins=7200, shuffle_jitter=0.0, batch_fill="nearest")
+    assert sorted(map(len, sampler.batches_for_epoch(1))) == [1, 2]
+    assert sorted(sampler.frames_for_epoch(1)) == [1001, 3600]
+    old, _ = build(tmp_path, durations, batch_bins=7200, shuffle_jitter=0.0)  # default: below
+    assert sorted(map(len, old.batches_for_epoch(1))) == [1, 1, 1]
+
+
+def test_nearest_fill_lifts_the_underfilled_steps_of_long_form_audio(tmp_path):
+    # Long-form durations (5-40 s): closing below the budget leaves a step that ends before a long
+    # utterance with up to half the budget empty; closing nearest to it fills those steps (the
+    # recipe's corpus, audit CLI: 5th percentile of audio per step 52.7 s -> 59.6 s, numel 60.5 s).
+    rng = np.random.default_rng(0)
+    durations = rng.uniform(5.0, 40.0, size=400).tolist()
+    audio, fill = {}, {}
+    for mode in ("nearest", "below"):
+        sampler, utt2samples = build(tmp_path, durations, batch_bins=8000, batch_fill=mode)
+        batches, frames = sampler.batches_for_epoch(1), sampler.frames_for_epoch(1)
+        audio[mode] = np.array([sum(utt2samples[k] for k in b) / 16000 for b in batches])
+        fill[mode] = np.mean([len(b) * t / 8000 for b, t in zip(batches, frames)])
+    assert np.percentile(audio["nearest"], 5) > 1.1 * np.percentile(audio["below"], 5)
+    assert fill["nearest"] > fill["below"] + 0.05
+    assert audio["nearest"].sum() == pytest.approx(audio["below"].sum())  # the same utterances
 
 
 @FAST
@@ -249,6 +287,8 @@ def test_bad_options_are_rejected(tmp_path):
         DynResBatchSampler(batch_bins=10, shape_files=shape_files, policy=POLICY, drop_last=True)
     with pytest.raises(ValueError, match="oversized"):
         DynResBatchSampler(batch_bins=10, shape_files=shape_files, policy=POLICY, oversized="ignore")
+    with pytest.raises(ValueError, match="batch_fill"):
+        DynResBatchSampler(batch_bins=10, shape_files=shape_files, policy=POLICY, batch_fill="above")
 
 
 def test_shape_file_errors_name_the_line(tmp_path):
