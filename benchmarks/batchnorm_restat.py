@@ -5,11 +5,15 @@ re-estimating its running statistics at the standard frame rate.
 The Conformer's convolution module normalises with ``BatchNorm1d`` over (batch, time).
 Under ``batch_type: dynres`` the training batches are unpadded, at 70–130 Hz, and can be
 1–3 long utterances; validation and decoding run padded at the standard 100 Hz with the
-running statistics.  This script loads a trained model, computes validation loss, CTC CER
-and attention accuracy with the running statistics, re-estimates them (cumulative average,
-``momentum=None``) over training utterances in padded standard-rate batches with every
-other module in eval mode and no gradients, and computes the validation figures again.
-If the two agree, the training statistics already match what evaluation sees.
+running statistics.  This script loads a trained model (any ``model``, ESPnet's included),
+computes validation loss, CTC CER and attention accuracy with the checkpoint's statistics,
+re-estimates them over ``--num_train`` training utterances exactly as ``model: dynres`` /
+``token_normalized`` do before every evaluation
+(:class:`espnet_dynres.asr.batchnorm_restat.BatchNormRestat`: standard rate, eval mode,
+padding-free batches, one pass per layer), and computes the validation figures again.  If
+the two agree, the checkpoint's statistics already match what evaluation sees.  (An earlier
+version re-estimated with BatchNorm's cumulative average over padded batches of 16, which
+mixes padding frames and per-batch variances into the statistics.)
 
 Usage::
 
@@ -30,7 +34,7 @@ import torch
 
 import espnet_dynres  # noqa: F401  (registers the plugin's names)
 from espnet2.tasks.asr import ASRTask
-from valid_metrics import speech_text_iterator  # benchmarks/ is this script's first sys.path entry
+from valid_metrics import restat_batchnorm, speech_text_iterator  # benchmarks/ is this script's first sys.path entry
 
 
 @torch.no_grad()
@@ -51,38 +55,20 @@ def evaluate(model, train_args, valid_dir: Path, batch_size: int) -> Dict[str, f
     return {k: v / weight_sum for k, v in totals.items()}
 
 
-@torch.no_grad()
-def restat(model, train_args, train_dir: Path, num_train: int, batch_size: int, key_file: Path) -> int:
-    """Re-estimate every BatchNorm's running statistics; returns the number of BatchNorm layers."""
-    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    model.eval()
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative average over all batches
-        m.train()
-    lines = (train_dir / "wav.scp").read_text(encoding="utf-8").splitlines()[:num_train]
-    key_file.write_text("".join(line.split(maxsplit=1)[0] + "\n" for line in lines), encoding="utf-8")
-    for _keys, batch in speech_text_iterator(train_args, train_dir, batch_size, key_file):
-        model.encode(batch["speech"], batch["speech_lengths"])
-    model.eval()
-    return len(bns)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--exp", type=Path, required=True, help="experiment dir with config.yaml")
     parser.add_argument("--model_file", default="valid.acc.ave.pth")
     parser.add_argument("--train_dir", type=Path, required=True)
     parser.add_argument("--valid_dir", type=Path, required=True)
-    parser.add_argument("--num_train", type=int, default=600, help="training utterances for the re-estimate")
+    parser.add_argument("--num_train", type=int, default=128, help="training utterances for the re-estimate")
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     model, train_args = ASRTask.build_model_from_file(args.exp / "config.yaml", args.exp / args.model_file, "cpu")
     before = evaluate(model, train_args, args.valid_dir, args.batch_size)
-    count = restat(model, train_args, args.train_dir, args.num_train, args.batch_size,
-                   args.exp / "batchnorm_restat_keys.txt")
+    count = restat_batchnorm(model, args.train_dir, args.num_train)
     after = evaluate(model, train_args, args.valid_dir, args.batch_size)
     result = {"exp": str(args.exp), "model_file": args.model_file, "batchnorm_layers": count,
               "running_stats": before, "restat_100hz": after}

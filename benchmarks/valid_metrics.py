@@ -32,6 +32,14 @@ Usage::
     python benchmarks/valid_metrics.py --valid_dir dump/raw/dev \\
         --epochs dynres=exp/asr_a/epochs --epochs numel=exp/asr_b/epochs --json curves.json
 
+    python benchmarks/valid_metrics.py ... --restat_train_dir dump/raw/train [--restat_utts 64]
+
+With ``--restat_train_dir``, every checkpoint's BatchNorm statistics are first re-estimated at
+the standard rate the way ``model: dynres``/``token_normalized`` does it before each
+evaluation (:class:`espnet_dynres.asr.batchnorm_restat.BatchNormRestat`, over ``--restat_utts``
+training utterances drawn with a fixed seed), for any model, ``model: espnet`` included: the
+figures of a checkpoint as if its model had re-estimated them.
+
 (``config.yaml`` is taken from the checkpoint's directory, or its parent for ``--epochs``,
 which evaluates every ``<N>epoch.pth`` in the directory; ESPnet prunes those that are
 not among the best, so copy them aside while training runs.)
@@ -41,17 +49,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Dict
 
 import jiwer
+import soundfile
 import torch
+from torch.nn.modules.batchnorm import _BatchNorm
 
 import espnet_dynres  # noqa: F401  (registers the plugin's names)
 from espnet.nets.pytorch_backend.nets_utils import th_accuracy
 from espnet.nets.pytorch_backend.transformer.add_sos_eos import add_sos_eos
 from espnet2.tasks.asr import ASRTask
+
+from espnet_dynres.asr.batchnorm_restat import BatchNormRestat
 
 
 def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: Path = None):
@@ -66,14 +79,32 @@ def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: 
     )
 
 
+def restat_batchnorm(model, train_dir: Path, num_utts: int, seed: int = 0) -> int:
+    """Re-estimate ``model``'s BatchNorm statistics over ``num_utts`` utterances of ``train_dir/wav.scp``
+    (drawn with ``seed``) as the plugin's models do before evaluation; returns the layers changed."""
+    lines = (train_dir / "wav.scp").read_text(encoding="utf-8").splitlines()
+    random.Random(seed).shuffle(lines)
+    sample = BatchNormRestat(num_utts)
+    for line in lines[:num_utts]:
+        wav, _fs = soundfile.read(line.split(maxsplit=1)[1], dtype="float32")
+        sample.add(torch.from_numpy(wav)[None, :], torch.tensor([len(wav)]))
+    model.eval()
+    layers = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+    return sample.restat(model.encode, layers)
+
+
 @torch.no_grad()
-def evaluate(model_file: Path, valid_dir: Path, config: Path = None) -> Dict[str, float]:
-    """Token- and utterance-weighted valid figures of one checkpoint (eval mode, batch size 1)."""
+def evaluate(model_file: Path, valid_dir: Path, config: Path = None, restat_train_dir: Path = None,
+             restat_utts: int = 64) -> Dict[str, float]:
+    """Token- and utterance-weighted valid figures of one checkpoint (eval mode, batch size 1), after
+    re-estimating its BatchNorm statistics over ``restat_utts`` utterances of ``restat_train_dir`` if given."""
     if config is None:  # next to the checkpoint, or one level up (a side directory of epoch checkpoints)
         config = model_file.parent / "config.yaml"
         config = config if config.exists() else model_file.parent.parent / "config.yaml"
     model, train_args = ASRTask.build_model_from_file(config, model_file, "cpu")
     model.eval()
+    if restat_train_dir is not None:
+        restat_batchnorm(model, restat_train_dir, restat_utts)
     iterator = speech_text_iterator(train_args, valid_dir, batch_size=1)
     correct = targets = 0.0
     errors = ref_tokens = 0.0
@@ -118,6 +149,9 @@ def main(argv=None) -> int:
     parser.add_argument("--model", action="append", default=[], help="name=path/to/checkpoint.pth (repeatable)")
     parser.add_argument("--epochs", action="append", default=[],
                         help="name=dir holding <N>epoch.pth files, config.yaml in dir or its parent (repeatable)")
+    parser.add_argument("--restat_train_dir", type=Path, default=None,
+                        help="re-estimate BatchNorm statistics over utterances of this data dir first")
+    parser.add_argument("--restat_utts", type=int, default=64)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if not args.model and not args.epochs:
@@ -139,7 +173,7 @@ def main(argv=None) -> int:
         jobs += [(f"{name}@{p.name.split('epoch')[0]}", p, config) for p in files]
     results = {}
     for name, path, config in jobs:
-        results[name] = evaluate(path, args.valid_dir, config)
+        results[name] = evaluate(path, args.valid_dir, config, args.restat_train_dir, args.restat_utts)
         r = results[name]
         print(f"{name:24s} acc_token={r['acc_token']:.3f} acc_utt={r['acc_utt']:.3f} "
               f"ter_ctc_token={r.get('ter_ctc_token', float('nan')):.3f} ter_ctc_utt={r.get('ter_ctc_utt', float('nan')):.3f} "

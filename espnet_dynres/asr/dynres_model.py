@@ -9,7 +9,9 @@ import torch
 from typeguard import typechecked
 
 from espnet2.asr.espnet_model import ESPnetASRModel
+from torch.nn.modules.batchnorm import _BatchNorm
 
+from espnet_dynres.asr.batchnorm_restat import BatchNormRestat
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 
@@ -40,6 +42,19 @@ class DynResASRModel(ESPnetASRModel):
        other ``specaug`` is left to ESPnet.
     3. **Stat** ``frame_rate_fallback`` (1 for a fallback batch) with the
        ``dynres`` frontend.
+    4. **BatchNorm statistics at the standard rate.**  Every training forward
+       offers its utterances to a uniform sample of ``batchnorm_restat_utts``
+       per epoch (:class:`~espnet_dynres.asr.batchnorm_restat.BatchNormRestat`);
+       when the model leaves training mode (``model.eval()``, which ESPnet's
+       trainer calls before validating, so before every checkpoint is saved),
+       each BatchNorm layer's running mean and variance are replaced by the
+       exact statistics of its input over that sample, encoded in evaluation
+       mode at the standard rate.  Training steps are unchanged (BatchNorm
+       trains on batch statistics); validation and decoding normalise with
+       statistics of the inputs they see, not an average of 70–130 Hz training
+       batches with dropout on (``docs/training_dynamics.md``).  With
+       ``batchnorm_restat_utts: 0``, or a model without BatchNorm, nothing is
+       kept or changed.
 
     Why one attribute of per-forward state (``self._speech_frames``): ESPnet's
     ``forward`` calls ``self.encode(speech, speech_lengths)``, which calls
@@ -54,7 +69,18 @@ class DynResASRModel(ESPnetASRModel):
     """
 
     @typechecked
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, batchnorm_restat_utts: int = 128, **kwargs):
+        """ESPnet's arguments, plus:
+
+        Args:
+            batchnorm_restat_utts: training utterances per epoch whose standard-rate encoding
+                re-estimates every BatchNorm layer's statistics before evaluation (item 4 of the
+                class docstring); ``0`` turns it off.
+
+        Raises:
+            ValueError: ``batchnorm_restat_utts`` is negative.
+        """
+        batchnorm_restat = BatchNormRestat(batchnorm_restat_utts)
         arguments = inspect.signature(ESPnetASRModel.__init__).bind(None, *args, **kwargs).arguments
         arguments.pop("self")
         specaug = arguments.get("specaug")
@@ -65,6 +91,19 @@ class DynResASRModel(ESPnetASRModel):
         self.dynres_specaug: Optional[DynResSpecAug] = dynres_specaug
         self._speech_frames: Optional[torch.Tensor] = None  # (B,) the plan of the running forward only
         self._fallback: Optional[bool] = None  # the running forward's fallback flag, for its stat
+        # not a module and no buffers: the sample never enters a checkpoint
+        self._batchnorm_restat = batchnorm_restat if any(isinstance(m, _BatchNorm) for m in self.modules()) else None
+
+    def train(self, mode: bool = True) -> "DynResASRModel":
+        """``nn.Module.train``; leaving training mode first re-estimates BatchNorm (class docstring, 4)."""
+        leaving_training = self.training and not mode
+        super().train(mode)
+        restat = getattr(self, "_batchnorm_restat", None)  # None while ESPnet's __init__ runs
+        if leaving_training and restat is not None and len(restat):
+            layers = [m for m in self.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+            restat.restat(self.encode, layers)
+            restat.clear()
+        return self
 
     def forward(
         self,
@@ -104,6 +143,8 @@ class DynResASRModel(ESPnetASRModel):
                     f"{tuple(speech_frames.shape)}: the batch's plan does not match its utterances; build batches "
                     "with the dynres iterator (batch_type: dynres), which adds one planned count per utterance."
                 )
+        if self.training and torch.is_grad_enabled() and self._batchnorm_restat is not None:
+            self._batchnorm_restat.add(speech, speech_lengths)
         self._speech_frames = speech_frames
         self._fallback = None
         try:

@@ -81,3 +81,26 @@ def test_attention_loss_per_target_matches_the_models_own_loss(setup):
     assert vm.evaluate(models["espnet"][1], data, models["espnet"][0])["att_loss_target"] == pytest.approx(
         total / targets, rel=1e-5
     )
+
+
+def test_restat_gives_every_model_the_plugins_statistics(setup, tmp_path):
+    """--restat_train_dir: ESPnet's model and the plugin's, same weights, same re-estimate, same figures."""
+    from espnet2.tasks.asr import ASRTask
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    vm = load()
+    data, models = setup
+    train = write_data_dir(tmp_path / "train", count=6, start=800, concat=2)
+    stats = {}
+    for name, (config, weights) in models.items():
+        model, _ = ASRTask.build_model_from_file(config, weights, "cpu")
+        before = [m.running_var.clone() for m in model.modules() if isinstance(m, _BatchNorm)]
+        assert vm.restat_batchnorm(model, train, 4) == len(before) > 0
+        after = [m.running_var for m in model.modules() if isinstance(m, _BatchNorm)]
+        assert all(not torch.allclose(a, b) for a, b in zip(after, before))
+        stats[name] = after
+    for a, b in zip(stats["espnet"], stats["token_normalized"]):
+        torch.testing.assert_close(a, b)
+    tn = vm.evaluate(models["token_normalized"][1], data, models["token_normalized"][0], train, 4)
+    stock = vm.evaluate(models["espnet"][1], data, models["espnet"][0], train, 4)
+    assert tn["acc_token"] == pytest.approx(stock["acc_token"], abs=1e-6)

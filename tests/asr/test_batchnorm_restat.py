@@ -1,0 +1,198 @@
+"""BatchNorm statistics re-estimated at the standard rate before evaluation (``model: dynres`` / ``token_normalized``)."""
+
+import pytest
+import torch
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from espnet_dynres.asr.batchnorm_restat import BatchNormRestat
+from factory import build_tiny_model, pad_batch, random_text, real_utterances
+
+SPECAUG_CONF = dict(apply_time_warp=False, apply_freq_mask=True, freq_mask_width_range=[0, 4], num_freq_mask=1,
+                    apply_time_mask=False)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """Four real utterances of equal length (so the re-estimate's padding-free batches cut nothing)."""
+    wavs = real_utterances(4, concat=2)
+    n = min(w.numel() for w in wavs)
+    speech, lengths = pad_batch([w[:n] for w in wavs])
+    text, text_lengths = random_text(4, 4)
+    return speech, lengths, text, text_lengths
+
+
+def batchnorms(model):
+    return [m for m in model.modules() if isinstance(m, _BatchNorm)]
+
+
+def train_step(model, batch, speech_frames=None):
+    speech, lengths, text, text_lengths = batch
+    model.train()
+    loss, _, _ = model(speech, lengths, text.clone(), text_lengths, speech_frames=speech_frames,
+                       utt_id=[f"u{i}" for i in range(len(lengths))])
+    loss.backward()
+    return float(loss.detach())
+
+
+def eval_input_statistics(model, wavs):
+    """Mean and unbiased variance over all frames of every BatchNorm layer's input, the utterances
+    encoded one at a time in eval mode with the model's current statistics (independent of the class)."""
+    frames = {bn: [] for bn in batchnorms(model)}
+    hooks = [bn.register_forward_pre_hook(lambda m, i: frames[m].append(i[0].transpose(0, 1).reshape(i[0].shape[1], -1)))
+             for bn in frames]
+    model.eval()
+    with torch.no_grad():
+        for wav in wavs:
+            model.encode(wav[None, :], torch.tensor([wav.numel()]))
+    for h in hooks:
+        h.remove()
+    out = {}
+    for bn, xs in frames.items():
+        x = torch.cat(xs, dim=1).double()  # (C, all frames)
+        out[bn] = (x.mean(dim=1), x.var(dim=1, unbiased=True))
+    return out
+
+
+@pytest.mark.parametrize("model_name", ["dynres", "token_normalized"])
+def test_eval_statistics_are_those_of_the_standard_rate_inputs_evaluation_sees(batch, model_name):
+    speech, lengths, _, _ = batch
+    model = build_tiny_model(model=model_name, model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+    assert len(batchnorms(model)) == 2  # one per Conformer block (convolution module)
+    plan = torch.full((4,), min(model.frontend.policy.frame_count_range(int(n))[0] for n in lengths))
+    train_step(model, batch, speech_frames=plan)  # a training step far below the standard rate
+    wavs = [speech[b, : lengths[b]] for b in range(4)]  # all 4 are kept (4 <= 8)
+    model.eval()
+    expected = eval_input_statistics(model, wavs)
+    for bn, (mean, var) in expected.items():
+        torch.testing.assert_close(bn.running_mean.double(), mean, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(bn.running_var.double(), var, rtol=1e-4, atol=1e-5)
+
+
+def test_without_the_restat_eval_statistics_are_the_training_average_and_differ(batch):
+    """The check above can fail: ESPnet's running statistics (batchnorm_restat_utts: 0) are not those."""
+    speech, lengths, _, _ = batch
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=0))
+    assert model._batchnorm_restat.num_utts == 0
+    plan = torch.full((4,), min(model.frontend.policy.frame_count_range(int(n))[0] for n in lengths))
+    train_step(model, batch, speech_frames=plan)
+    model.eval()
+    expected = eval_input_statistics(model, [speech[b, : lengths[b]] for b in range(4)])
+    gaps = [float((bn.running_mean.double() - mean).abs().max()) for bn, (mean, _) in expected.items()]
+    assert max(gaps) > 1e-2
+
+
+def test_training_is_unchanged_by_the_restat(batch):
+    """Training-mode BatchNorm uses batch statistics, so the re-estimate changes no training step."""
+    losses = {}
+    for k in (0, 8):
+        model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=k),
+                                 specaug="dynres", specaug_conf=SPECAUG_CONF)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        steps = []
+        for _ in range(2):
+            opt.zero_grad()
+            steps.append(train_step(model, batch))
+            opt.step()
+            model.eval()  # validation in between, as ESPnet's trainer does
+        losses[k] = steps
+    assert losses[0] == losses[8]
+
+
+def test_no_sample_no_change_and_the_sample_is_cleared(batch):
+    model = build_tiny_model(model="dynres", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+    before = [bn.running_mean.clone() for bn in batchnorms(model)]
+    model.eval()  # never trained: inference or collect-stats
+    assert all(torch.equal(b, bn.running_mean) for b, bn in zip(before, batchnorms(model)))
+    train_step(model, batch)
+    assert len(model._batchnorm_restat) == 4
+    model.eval()
+    assert len(model._batchnorm_restat) == 0  # the next epoch draws its own sample
+    with torch.no_grad():  # collect-stats style forward in training mode: nothing kept
+        model.train()
+        speech, lengths, text, text_lengths = batch
+        model(speech, lengths, text.clone(), text_lengths)
+    assert len(model._batchnorm_restat) == 0
+
+
+def test_model_without_batchnorm_keeps_nothing():
+    model = build_tiny_model(model="token_normalized",
+                             encoder_conf=dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=2,
+                                               input_layer="conv2d", use_cnn_module=False))
+    assert not batchnorms(model) and model._batchnorm_restat is None
+
+
+def test_negative_size_is_refused():
+    with pytest.raises(ValueError, match="batchnorm_restat_utts must be >= 0"):
+        build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=-1))
+
+
+def test_sample_batches_are_sorted_cut_to_their_shortest_and_cover_the_sample():
+    r = BatchNormRestat(10)
+    lengths = [7, 3, 9, 5, 4]
+    speech = torch.arange(5, dtype=torch.float32)[:, None].repeat(1, 9)
+    r.add(speech, torch.tensor(lengths))
+    batches = r.batches(2)
+    assert [tuple(b.shape) for b in batches] == [(2, 3), (2, 5), (1, 9)]
+    assert [b[:, 0].tolist() for b in batches] == [[1.0, 4.0], [3.0, 0.0], [2.0]]
+
+
+def test_reservoir_is_a_deterministic_sample_of_everything_offered():
+    def run():
+        r = BatchNormRestat(5, seed=3)
+        for start in range(0, 40, 4):  # 10 batches of 4 utterances, utterance i holds the value i
+            speech = torch.arange(start, start + 4, dtype=torch.float32)[:, None].repeat(1, 6)
+            r.add(speech, torch.tensor([6, 5, 4, 3]))
+        return [(float(u[0]), u.numel()) for u in r._utts]
+
+    kept = run()
+    assert kept == run() and len(kept) == 5
+    assert len({v for v, _ in kept}) == 5 and all(0 <= v < 40 for v, _ in kept)
+    assert all(n == [6, 5, 4, 3][int(v) % 4] for v, n in kept)  # unpadded copies
+    assert max(v for v, _ in kept) >= 5  # later utterances replace earlier ones
+
+    counts = torch.zeros(40)
+    for seed in range(400):
+        r = BatchNormRestat(5, seed=seed)
+        for start in range(0, 40, 4):
+            r.add(torch.arange(start, start + 4, dtype=torch.float32)[:, None], torch.ones(4, dtype=torch.long))
+        for u in r._utts:
+            counts[int(u[0])] += 1
+    # uniform: each utterance kept with probability 5/40, i.e. 50 of 400 times; first and last quarter alike
+    assert abs(counts[:10].mean() - 50) < 10 and abs(counts[30:].mean() - 50) < 10
+
+
+def _ddp_worker(rank: int, init_file: str, out_dir: str, batch) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    import espnet_dynres  # noqa: F401  (registers the plugin's names in this process)
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    speech, lengths, text, text_lengths = (t[rank::2].clone() for t in batch)  # ESPnet's split
+    loss, _, _ = ddp(speech, lengths, text, text_lengths)
+    loss.backward()
+    ddp.eval()  # ESPnet's validate_one_epoch, on every rank
+    if rank == 0:
+        torch.save([(bn.running_mean.clone(), bn.running_var.clone()) for bn in batchnorms(model)],
+                   os.path.join(out_dir, "rank0.pt"))
+    dist.destroy_process_group()
+
+
+def test_under_ddp_the_statistics_are_those_of_every_ranks_sample(batch, tmp_path):
+    """Two gloo processes, each with half the batch, end with the statistics of the whole sample."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_ddp_worker, args=(str(tmp_path / "init"), str(tmp_path), batch), nprocs=2, join=True)
+    ranks = torch.load(tmp_path / "rank0.pt")
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+    train_step(model, batch)  # one process holding all four utterances
+    model.eval()
+    rank0_only = eval_input_statistics(model, [batch[0][b, : batch[1][b]] for b in (0, 2)])
+    for (mean, var), bn, (mean0, _) in zip(ranks, batchnorms(model), rank0_only.values()):
+        torch.testing.assert_close(mean, bn.running_mean, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(var, bn.running_var, rtol=1e-4, atol=1e-5)
+        assert float((mean.double() - mean0).abs().max()) > 1e-3  # rank 0's own half alone differs
