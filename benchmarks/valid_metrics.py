@@ -57,14 +57,13 @@ from typing import Dict
 import jiwer
 import soundfile
 import torch
-from torch.nn.modules.batchnorm import _BatchNorm
 
 import espnet_dynres  # noqa: F401  (registers the plugin's names)
 from espnet.nets.pytorch_backend.nets_utils import th_accuracy
 from espnet.nets.pytorch_backend.transformer.add_sos_eos import add_sos_eos
 from espnet2.tasks.asr import ASRTask
 
-from espnet_dynres.asr.batchnorm_restat import BatchNormRestat
+from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, batchnorm_layers
 
 
 def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: Path = None):
@@ -81,16 +80,23 @@ def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: 
 
 def restat_batchnorm(model, train_dir: Path, num_utts: int, seed: int = 0) -> int:
     """Re-estimate ``model``'s BatchNorm statistics over ``num_utts`` utterances of ``train_dir/wav.scp``
-    (drawn with ``seed``) as the plugin's models do before evaluation; returns the layers changed."""
-    lines = (train_dir / "wav.scp").read_text(encoding="utf-8").splitlines()
+    (drawn with ``seed``) as the plugin's models do before evaluation; returns the layers changed.
+
+    Raises:
+        ValueError: a ``wav.scp`` line is not ``<utt_id> <path>`` (names the line).
+    """
+    wav_scp = train_dir / "wav.scp"
+    lines = wav_scp.read_text(encoding="utf-8").splitlines()
     random.Random(seed).shuffle(lines)
     sample = BatchNormRestat(num_utts)
     for line in lines[:num_utts]:
-        wav, _fs = soundfile.read(line.split(maxsplit=1)[1], dtype="float32")
+        fields = line.split(maxsplit=1)
+        if len(fields) != 2:
+            raise ValueError(f"{wav_scp}: expected '<utt_id> <wav path>', got {line!r}; fix or remove that line")
+        wav, _fs = soundfile.read(fields[1], dtype="float32")  # (T_samples,) at the recipe's fs
         sample.add(torch.from_numpy(wav)[None, :], torch.tensor([len(wav)]))
     model.eval()
-    layers = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
-    return sample.restat(model.encode, layers)
+    return sample.restat(model.encode, batchnorm_layers(model))
 
 
 @torch.no_grad()

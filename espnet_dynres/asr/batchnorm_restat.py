@@ -30,6 +30,11 @@ import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
 
+def batchnorm_layers(module: torch.nn.Module) -> List[_BatchNorm]:
+    """The BatchNorm layers of ``module`` that keep running statistics (those evaluation uses)."""
+    return [m for m in module.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+
+
 class _LayerDone(Exception):
     """Raised by a hook to end a forward pass once its BatchNorm layer has been measured."""
 
@@ -139,7 +144,7 @@ class BatchNormRestat:
             sums: Dict[str, torch.Tensor] = {}
 
             def measure(_module, inputs):
-                x = inputs[0].detach().to(torch.float64)  # (B, C, ...) as BatchNorm's input
+                x = inputs[0].detach().to(torch.float64)  # (B, C, T_frames') for BatchNorm1d: per channel C
                 dims = [d for d in range(x.dim()) if d != 1]
                 parts = dict(s=x.sum(dim=dims), ss=(x * x).sum(dim=dims),
                              n=torch.tensor(float(x.numel() // x.shape[1]), dtype=torch.float64, device=x.device))

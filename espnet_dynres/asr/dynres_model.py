@@ -9,9 +9,8 @@ import torch
 from typeguard import typechecked
 
 from espnet2.asr.espnet_model import ESPnetASRModel
-from torch.nn.modules.batchnorm import _BatchNorm
 
-from espnet_dynres.asr.batchnorm_restat import BatchNormRestat
+from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, batchnorm_layers
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 
@@ -92,7 +91,7 @@ class DynResASRModel(ESPnetASRModel):
         self._speech_frames: Optional[torch.Tensor] = None  # (B,) the plan of the running forward only
         self._fallback: Optional[bool] = None  # the running forward's fallback flag, for its stat
         # not a module and no buffers: the sample never enters a checkpoint
-        self._batchnorm_restat = batchnorm_restat if any(isinstance(m, _BatchNorm) for m in self.modules()) else None
+        self._batchnorm_restat = batchnorm_restat if batchnorm_layers(self) else None
 
     def train(self, mode: bool = True) -> "DynResASRModel":
         """``nn.Module.train``; leaving training mode first re-estimates BatchNorm (class docstring, 4)."""
@@ -100,8 +99,7 @@ class DynResASRModel(ESPnetASRModel):
         super().train(mode)
         restat = getattr(self, "_batchnorm_restat", None)  # None while ESPnet's __init__ runs
         if leaving_training and restat is not None and len(restat):
-            layers = [m for m in self.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
-            restat.restat(self.encode, layers)
+            restat.restat(self.encode, batchnorm_layers(self))
             restat.clear()
         return self
 

@@ -104,3 +104,16 @@ def test_restat_gives_every_model_the_plugins_statistics(setup, tmp_path):
     tn = vm.evaluate(models["token_normalized"][1], data, models["token_normalized"][0], train, 4)
     stock = vm.evaluate(models["espnet"][1], data, models["espnet"][0], train, 4)
     assert tn["acc_token"] == pytest.approx(stock["acc_token"], abs=1e-6)
+
+
+def test_restat_names_a_malformed_wav_scp_line(setup, tmp_path):
+    from espnet2.tasks.asr import ASRTask
+
+    vm = load()
+    _data, models = setup
+    bad = tmp_path / "train"
+    bad.mkdir()
+    (bad / "wav.scp").write_text("utt_without_path\n", encoding="utf-8")
+    model, _ = ASRTask.build_model_from_file(models["espnet"][0], models["espnet"][1], "cpu")
+    with pytest.raises(ValueError, match="utt_without_path.*fix or remove that line"):
+        vm.restat_batchnorm(model, bad, 4)
