@@ -63,7 +63,7 @@ from espnet.nets.pytorch_backend.nets_utils import th_accuracy
 from espnet.nets.pytorch_backend.transformer.add_sos_eos import add_sos_eos
 from espnet2.tasks.asr import ASRTask
 
-from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, batchnorm_layers
+from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, RestatBudget, batchnorm_layers
 
 
 def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: Path = None):
@@ -80,7 +80,8 @@ def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: 
 
 def restat_batchnorm(model, train_dir: Path, num_utts: int, seed: int = 0) -> int:
     """Re-estimate ``model``'s BatchNorm statistics over ``num_utts`` utterances of ``train_dir/wav.scp``
-    (drawn with ``seed``) as the plugin's models do before evaluation; returns the layers changed.
+    (drawn with ``seed``) as the plugin's models do before evaluation, one utterance per batch;
+    returns the layers changed.
 
     Raises:
         ValueError: a ``wav.scp`` line is not ``<utt_id> <path>`` (names the line).
@@ -96,7 +97,9 @@ def restat_batchnorm(model, train_dir: Path, num_utts: int, seed: int = 0) -> in
         wav, _fs = soundfile.read(fields[1], dtype="float32")  # (T_samples,) at the recipe's fs
         sample.add(torch.from_numpy(wav)[None, :], torch.tensor([len(wav)]))
     model.eval()
-    return sample.restat(model.encode, batchnorm_layers(model))
+    # One utterance per batch for every model: nothing is cut to a batch's shortest member, and the
+    # cost of any call is that of evaluating one utterance.
+    return sample.restat(model.encode, batchnorm_layers(model), RestatBudget(max_batch_size=1))
 
 
 @torch.no_grad()

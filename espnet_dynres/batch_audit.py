@@ -158,6 +158,9 @@ class BatchAudit:
             than :data:`OFF_STANDARD_TOLERANCE` away from the standard rate.
         audio_sec: seconds of audio per batch (the actual work of a step, whatever
             the frame rate or padding: compare samplers at equal mean audio_sec).
+        num_below_clamp: utterances planned *below the clamp* (``below_clamp``:
+            fewer frames than ``min_frame_rate_hz`` gives,
+            :meth:`FrameRatePolicy.below_clamp`); ``None`` without a policy.
         build_time_sec: seconds to build the sampler and draw epoch 1's
             batches (0 when not measured).
         batch_sizes, batch_frames, batch_padded_frames, batch_tokens,
@@ -182,6 +185,7 @@ class BatchAudit:
     off_standard_rate_fraction: float = 0.0
     audio_sec: Optional[Distribution] = None
     build_time_sec: float = 0.0
+    num_below_clamp: Optional[int] = None
     batch_sizes: np.ndarray = field(default=None, repr=False)
     batch_frames: np.ndarray = field(default=None, repr=False)
     batch_padded_frames: np.ndarray = field(default=None, repr=False)
@@ -273,6 +277,7 @@ def audit_batches(
     planned_utt_frames: Optional[Sequence[Sequence[int]]] = None,
     batch_type: str = "",
     build_time_sec: float = 0.0,
+    policy=None,
 ) -> BatchAudit:
     """Audit one epoch's batches (and the change to a second epoch's).
 
@@ -293,6 +298,8 @@ def audit_batches(
             of being counted at the standard rate.  Needs ``planned_frames``.
         batch_type: name for the report.
         build_time_sec: measured build time to carry into the report.
+        policy: the dynres :class:`~espnet_dynres.frame_rate_policy.FrameRatePolicy`, to count
+            the utterances planned below its clamp (``num_below_clamp``).
 
     Raises:
         ValueError: no batches, an empty batch, a key not in ``table``,
@@ -371,6 +378,7 @@ def audit_batches(
         audio_sec=Distribution.of(batch_audio_sec),
         off_standard_rate_fraction=float(np.mean(np.abs(utt_rate_hz / standard_rate_hz - 1) > OFF_STANDARD_TOLERANCE)),
         build_time_sec=build_time_sec,
+        num_below_clamp=None if policy is None else int(policy.below_clamp(table.num_samples[flat], utt_frames).sum()),
         batch_sizes=sizes,
         batch_frames=batch_frames,
         batch_padded_frames=batch_padded,
@@ -495,3 +503,93 @@ def build_batches(
     else:
         raise ValueError(f"unknown batch_type {batch_type!r}; choose from {', '.join(BATCH_TYPES)}")
     return SamplerBatches(epoch1, epoch2, planned, build_time, build_cpu, sampler, planned_utt)
+
+
+# ------------------------------------------------------------ budgets
+def mean_audio_per_batch_sec(batches: Sequence[Sequence[str]], utt2samples: Dict[str, int], fs_hz: int) -> float:
+    """Mean seconds of audio per batch (``Σ samples / fs`` over a batch's members)."""
+    if not batches:
+        raise ValueError("cannot average over 0 batches")
+    return sum(utt2samples[k] for b in batches for k in b) / float(fs_hz) / len(batches)
+
+
+def dynres_batch_bins_for_audio(sampler, audio_sec: float, epoch: int = 1, iterations: int = 4) -> int:
+    """The dynres ``batch_bins`` whose epoch-``epoch`` plan has ``audio_sec`` of audio per batch on average.
+
+    Starts from ``audio_sec ×`` the policy's target rate (frames per second of audio) and
+    corrects it ``iterations`` times by the ratio of wanted to planned mean audio per batch
+    (the mean grows almost linearly with ``batch_bins``); each step plans one epoch with
+    :meth:`DynResBatchSampler.with_batch_bins` (oversized summaries silenced).
+
+    Args:
+        sampler: a :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
+            whose other settings the answer keeps.
+        audio_sec: wanted mean audio per batch (seconds).
+
+    Returns:
+        ``batch_bins`` in feature frames (``B × T``), at least 1.
+    """
+    import logging
+
+    policy = sampler.policy
+    rate_hz = policy.target_frame_rate_hz or policy.standard_frame_rate_hz
+    bins = max(1, int(round(audio_sec * rate_hz)))
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        for _ in range(iterations):
+            candidate = sampler.with_batch_bins(bins)
+            got = mean_audio_per_batch_sec(candidate.batches_for_epoch(epoch), candidate.utt2samples, policy.fs)
+            new = max(1, int(round(bins * audio_sec / got)))
+            if new == bins:
+                break
+            bins = new
+    finally:
+        logging.disable(previous)
+    return bins
+
+
+def numel_sized_budget(sampler, shape_files: Sequence[str], epoch: int = 1) -> Optional[str]:
+    """A warning when a dynres ``batch_bins`` looks like one carried over from a ``numel`` config.
+
+    ``numel``'s ``batch_bins`` counts samples × dims (padded), the dynres sampler's counts feature
+    frames ``B × T``: at the same value a dynres batch holds about ``hop_length`` times the
+    audio (1,000,000 on 16 kHz audio: ``numel`` about 62 s per batch, dynres up to 10,000 s).
+    The value is taken for a ``numel`` one when both hold:
+
+    * the budget never binds: the fullest batch of the plan uses under half of ``batch_bins``
+      (batches are closed by the frame-rate clamp or ``max_batch_size``, not the budget, so the
+      budget does not bound memory);
+    * ``numel`` at the same value would put at least one median utterance in a batch
+      (``batch_bins`` ≥ the median utterance's samples): the value is numel-plausible.
+
+    Args:
+        sampler: the training :class:`DynResBatchSampler`.
+        shape_files: its shape files (speech, then text), for ESPnet's ``numel`` sampler.
+
+    Returns:
+        The message (largest and mean audio per batch under both readings and the dynres
+        ``batch_bins`` that gives ``numel``'s mean audio per batch), or ``None``.
+    """
+    frames = sampler.frames_for_epoch(epoch)
+    batches = sampler.batches_for_epoch(epoch)
+    utt_frames = sampler.utt_frames_for_epoch(epoch)
+    fullest = max(len(b) * (t if t is not None else max(f)) for b, t, f in zip(batches, frames, utt_frames))
+    median_samples = float(np.median(sampler._samples_arr))
+    if fullest >= 0.5 * sampler.batch_bins or sampler.batch_bins < median_samples:
+        return None
+    fs = sampler.policy.fs
+    numel = build_batches("numel", shape_files[0], shape_files[1] if len(shape_files) > 1 else None,
+                          batch_bins=sampler.batch_bins, sort_in_batch=sampler.sort_in_batch,
+                          sort_batch=sampler.sort_batch, min_batch_size=sampler.min_batch_size).epoch1
+    numel_sec = mean_audio_per_batch_sec(numel, sampler.utt2samples, fs)
+    dyn_audio = [sum(sampler.utt2samples[k] for k in b) / fs for b in batches]
+    suggestion = dynres_batch_bins_for_audio(sampler, numel_sec, epoch)
+    return (
+        f"batch_bins={sampler.batch_bins} looks like a numel budget (samples x dims). Under batch_type dynres it "
+        f"counts feature frames B x T: this plan's largest batch holds {max(dyn_audio):.0f} s of audio "
+        f"({max(len(b) for b in batches)} utterances; mean {np.mean(dyn_audio):.0f} s), and batch_bins never limits "
+        f"a batch (the fullest uses {fullest} frames), so it does not bound memory. batch_type numel with the same "
+        f"value holds {numel_sec:.1f} s per batch on average; the dynres batch_bins with that mean audio per batch "
+        f"is {suggestion} (python -m espnet_dynres.bin.audit_batches shows any value's batches)."
+    )

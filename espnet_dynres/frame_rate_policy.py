@@ -205,6 +205,27 @@ class FrameRatePolicy:
         hi = 1 + np.floor(n * self.max_frame_rate_hz / self.fs + 1e-9).astype(np.int64)
         return lo, hi
 
+    def below_clamp(self, num_samples, num_frames):
+        """Which utterances are planned *below the clamp*: fewer frames than ``min_frame_rate_hz`` gives.
+
+        The one definition of ``below_clamp`` (the sampler's summary, the audit and the training
+        stat all call it): ``num_frames < lo`` with ``lo`` from :meth:`frame_count_ranges`, i.e.
+        a frame rate under ``min_frame_rate_hz`` (down to ``fallback_frame_rate_hz``), which the
+        sampler plans only for an utterance (or a forced batch) over ``batch_bins`` at the clamp's
+        lowest rate, or for a padded batch.
+
+        Args:
+            num_samples: ``(N,)`` int samples per utterance (array-like).
+            num_frames: ``(N,)`` int planned feature frames per utterance.
+
+        Returns:
+            ``(N,)`` bool (numpy).
+        """
+        import numpy as np
+
+        lo, _ = self.frame_count_ranges(num_samples)
+        return np.asarray(num_frames, dtype=np.int64) < lo
+
     def common_frame_count(
         self, num_samples: Sequence[int], min_rate_hz: Optional[float] = None, epoch: Optional[int] = None
     ) -> Optional[int]:

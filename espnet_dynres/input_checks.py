@@ -10,6 +10,7 @@ stereo / NaN / inf / too short wav     :func:`check_waveform`                   
 unreadable, truncated, wrong rate      :func:`check_audio_file`,                   recipe stage 3, decoding
                                        :func:`check_audio_files`
 training batch with NaN / inf          :func:`check_speech_batch`                  ``frontend: dynres`` forward
+features with a dynres switch          :func:`check_raw_audio_data`                iterator build
 shape files vs ``wav.scp`` / ``text``  :func:`check_shape_file_keys`               iterator build
 shape-file lengths too short           :func:`check_shape_file_lengths`            (:func:`check_training_data`)
 transcript with no tokens              :func:`check_transcripts`
@@ -419,6 +420,8 @@ def check_task_conf_keys(task: type, args: argparse.Namespace) -> None:
         chosen = getattr(args, choices.name, None)
         if chosen is None:
             continue
+        if choices.name == "frontend" and getattr(args, "input_size", None) is not None:
+            continue  # extracted features: ESPnet builds no frontend and ignores frontend_conf
         check_conf_keys(getattr(args, f"{choices.name}_conf", None), choices.get_class(chosen), f"{choices.name}_conf")
 
 
@@ -540,6 +543,34 @@ def plugin_switches_on(args: argparse.Namespace) -> List[str]:
             if getattr(args, key, None) in values]
 
 
+RAW_AUDIO_TYPES = ("sound", "multi_columns_sound", "variable_columns_sound", "sound_with_rate")
+
+
+def check_raw_audio_data(args: argparse.Namespace, data_files: Sequence[Tuple[str, str, str]]) -> None:
+    """``frontend: dynres`` / ``batch_type: dynres`` read the ``speech`` data as raw audio.
+
+    Args:
+        args: the task's arguments (``frontend``, ``batch_type``, ``valid_batch_type``).
+        data_files: ``(path, name, type)`` as in ``--train_data_path_and_name_and_type``.
+
+    Raises:
+        ValueError: the ``speech`` entry has a feature type (``kaldi_ark``, ``npy``, ...): names
+            the file, its type and the fixes.
+    """
+    switches = [f"{key}: dynres" for key in ("frontend", "batch_type", "valid_batch_type")
+                if getattr(args, key, None) == "dynres"]
+    if not switches:
+        return
+    for path, name, kind in data_files:
+        if name == "speech" and kind not in RAW_AUDIO_TYPES:
+            raise ValueError(
+                f"{', '.join(switches)} computes features from raw audio, but the speech data {path} has type "
+                f"{kind!r} (extracted features). Give raw audio (asr.sh --feats_type raw; type sound), or keep the "
+                "features with batch_type: numel, frontend: null and input_size set (model: token_normalized "
+                "works on features)."
+            )
+
+
 def check_training_data(args: argparse.Namespace, iter_options) -> None:
     """All start-of-training data checks for one iterator (train or valid), before any batch is built.
 
@@ -553,11 +584,13 @@ def check_training_data(args: argparse.Namespace, iter_options) -> None:
             files list different utterances (:func:`check_shape_file_keys`); an
             utterance shorter than :func:`training_min_samples`
             (:func:`check_shape_file_lengths`); a multi-channel utterance with
-            ``frontend: dynres`` (:func:`check_shape_file_channels`).  Transcripts
+            ``frontend: dynres`` (:func:`check_shape_file_channels`); extracted features with a dynres
+            switch (:func:`check_raw_audio_data`).  Transcripts
             without tokens are named in a warning (:func:`check_transcripts`).
     """
     shape_files = list(iter_options.shape_files or [])
     data_files = list(iter_options.data_path_and_name_and_type or [])
+    check_raw_audio_data(args, data_files)
     check_shape_file_keys(shape_files, data_files)
     speech_shapes = [s for s in shape_files if Path(s).name.startswith("speech_shape")]
     if speech_shapes:

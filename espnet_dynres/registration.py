@@ -50,6 +50,8 @@ from espnet2.tasks import asr as espnet_asr
 from espnet2.tasks.abs_task import AbsTask, IteratorOptions
 
 from espnet_dynres import input_checks
+from espnet_dynres.asr.batchnorm_restat import RestatBudget
+from espnet_dynres.batch_audit import numel_sized_budget
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
@@ -131,11 +133,39 @@ def check_sampler_arguments(args: argparse.Namespace) -> None:
                 f"sampler, so the dynres plan would be ignored); got {key}: {kind}."
             )
     check_model(args)
+    check_raw_audio_switches(args)
     curriculum = (getattr(args, "frontend_conf", None) or {}).get("curriculum_epochs", 0) or 0
     if getattr(args, "frontend", None) == "dynres" and curriculum > 0 and getattr(args, "batch_type", None) != "dynres":
         raise ValueError(
             f"frontend_conf curriculum_epochs: {curriculum} is applied by the dynres sampler's plan, but batch_type "
             f"is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove curriculum_epochs."
+        )
+
+
+def check_raw_audio_switches(args: argparse.Namespace) -> None:
+    """``batch_type: dynres`` and ``frontend: dynres`` need raw audio: refuse extracted features.
+
+    With ``input_size`` set (``asr.sh --feats_type extracted`` or ``fbank_pitch`` passes it),
+    ESPnet builds no frontend and feeds the features ``(B, T_frames, D)`` straight to the
+    encoder, silently dropping ``frontend: dynres``; a dynres plan of frame rates then has
+    nothing to act on.
+
+    Raises:
+        ValueError: naming the switch, ``input_size`` and the two fixes (raw audio, or
+            ``batch_type: numel`` with ``model: token_normalized``, which works on features).
+    """
+    input_size = getattr(args, "input_size", None)
+    if input_size is None:
+        return
+    switches = [f"{key}: dynres" for key in ("batch_type", "valid_batch_type", "frontend")
+                if getattr(args, key, None) == "dynres"]
+    if switches:
+        raise ValueError(
+            f"{', '.join(switches)} computes features at a per-utterance frame rate from raw audio, but "
+            f"input_size: {input_size} means extracted features (asr.sh --feats_type extracted/fbank_pitch), for "
+            "which ESPnet builds no frontend. Train on raw audio (asr.sh --feats_type raw) with the dynres "
+            "switches, or keep the features and use batch_type: numel and frontend: null (model: "
+            "token_normalized and its BatchNorm re-estimate work on features)."
         )
 
 
@@ -280,6 +310,10 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
     )
     sizes = [len(b) for b in sampler.batches_for_epoch(1)]
     logging.info(f"[{mode}] Batch sampler: {sampler}")
+    if iter_options.train:
+        numel_sized = numel_sized_budget(sampler, iter_options.shape_files)
+        if numel_sized:
+            logging.warning(f"[{mode}] {numel_sized}")
     logging.info(
         f"[{mode}] mini-batch sizes summary (epoch 1): N-batch={len(sizes)}, "
         f"mean={np.mean(sizes):.1f}, min={np.min(sizes)}, max={np.max(sizes)}"
@@ -306,9 +340,16 @@ _CHECKED_BUILD_MODEL = input_checks.with_conf_key_check(_ORIGINAL_BUILD_MODEL)
 def build_model(cls, args: argparse.Namespace):
     """ESPnet's ``build_model`` after :func:`check_sampler_arguments` and, when a plugin switch is
     on, the conf-key and grad_clip checks (:func:`espnet_dynres.input_checks.with_conf_key_check`).
-    Training builds the model before its iterators, so option conflicts stop it before any data is read."""
+    Training builds the model before its iterators, so option conflicts stop it before any data is read.
+    A :class:`DynResASRModel` gets the run's evaluation budget for its BatchNorm re-estimate
+    (:meth:`RestatBudget.from_task_args`)."""
     check_sampler_arguments(args)
-    return _CHECKED_BUILD_MODEL(cls, args)
+    model = _CHECKED_BUILD_MODEL(cls, args)
+    if isinstance(model, DynResASRModel):
+        frontend = model.frontend
+        hop = frontend.hop_length if isinstance(frontend, DynResFrontend) else None
+        model.batchnorm_restat_budget = RestatBudget.from_task_args(args, hop_length=hop)
+    return model
 
 
 # The plugin's only module-level mutable state, forced by ESPnet: its ASR task keeps the choices

@@ -7,12 +7,18 @@ statistics of its training batch, and keeps an exponential moving average of the
 batches run at 70–130 Hz (or lower with ``target_frame_rate_hz``) with dropout on, while
 validation and decoding run at the standard rate (100 Hz) with dropout off, so the averaged
 statistics are those of other inputs than the ones evaluation normalises.  This module keeps a
-uniform sample of the epoch's training utterances (the raw audio, so any frame rate can be
-computed from it) and, when the model switches from training to evaluation, replaces every
+uniform sample of the epoch's training utterances (the model's input as it came: raw audio, so
+any frame rate can be computed from it, or extracted features ``(T_frames, D)``), in host memory,
+and, when the model switches from training to evaluation, replaces every
 BatchNorm layer's running mean and variance with the exact frame-weighted statistics of that
 layer's input over the sample, encoded in evaluation mode at the standard rate.  Training
 itself is unchanged: in training mode BatchNorm normalises with the batch's own statistics and
 the running ones are only an output.
+
+The re-estimate is a pass over data like validation and is bounded like it: its batches obey the
+run's evaluation budget (:class:`RestatBudget`, from ``valid_batch_bins`` or ``batch_bins``), are
+moved to the model's device one at a time, and an utterance over the budget alone is encoded
+alone, as the validation sampler gives it a batch of its own.
 
 The estimate is "precise BatchNorm" (Wu & Johnson, "Rethinking 'Batch' in BatchNorm", 2021,
 §3): population statistics computed over many samples with the final weights, instead of
@@ -21,10 +27,12 @@ an EMA of per-batch statistics taken while the weights and (here) the frame rate
 
 from __future__ import annotations
 
+import argparse
 import logging
 import random
 import time
-from typing import Callable, Dict, List, Sequence
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -39,8 +47,108 @@ class _LayerDone(Exception):
     """Raised by a hook to end a forward pass once its BatchNorm layer has been measured."""
 
 
+# ESPnet batch types whose budget is a count of utterances (``batch_size``), not ``batch_bins``.
+BATCH_SIZE_TYPES = ("unsorted", "sorted", "folded")
+
+
+@dataclass(frozen=True)
+class RestatBudget:
+    """How large one batch of the re-estimate may be: the run's evaluation budget.
+
+    A batch of the re-estimate costs ``B × the cost of its longest member``, the padded cost the
+    validation samplers plan with, although the batch itself is cut to its shortest member (so
+    what is computed is never more).  The cost of one utterance is
+
+    * ``hop_length`` set: its standard frame count ``1 + T_samples // hop_length`` — the unit of
+      ``batch_type: dynres``'s ``batch_bins`` (feature frames);
+    * ``hop_length`` ``None``: its elements ``T × D`` (samples for raw audio, frames × feature
+      dimension for extracted features) — the unit of ESPnet's ``numel`` and ``length`` budgets.
+
+    Args:
+        batch_bins: most cost per batch; ``None``: no bins limit (then ``max_batch_size`` limits).
+        max_batch_size: most utterances per batch; ``None``: no count limit.  Both ``None`` is
+            refused: a pass over data is always bounded.
+        hop_length: see above (samples per standard frame).
+        fold_length: ESPnet's ``folded`` rule: with it, a batch whose longest member has ``L``
+            (samples or frames) holds at most ``max(1, max_batch_size // (1 + L // fold_length))``.
+
+    An utterance whose cost alone is over ``batch_bins`` is encoded alone (never joins a batch).
+
+    Raises:
+        ValueError: neither limit given, or a limit below 1.
+    """
+
+    batch_bins: Optional[int] = None
+    max_batch_size: Optional[int] = 1
+    hop_length: Optional[int] = None
+    fold_length: Optional[int] = None
+
+    def __post_init__(self):
+        if self.batch_bins is None and self.max_batch_size is None:
+            raise ValueError("RestatBudget needs batch_bins or max_batch_size: the re-estimate is a bounded pass")
+        for name in ("batch_bins", "max_batch_size", "hop_length", "fold_length"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"RestatBudget {name} must be >= 1, got {value}")
+
+    def cost(self, utt: torch.Tensor) -> int:
+        """Cost of one utterance ``(T_samples,)``, ``(T_samples, C)`` or ``(T_frames, D)`` (class docstring)."""
+        if self.hop_length is not None:
+            return 1 + int(utt.shape[0]) // self.hop_length
+        return int(utt.numel())
+
+    def fits(self, size: int, longest: torch.Tensor) -> bool:
+        """Whether ``size`` utterances whose longest is ``longest`` make one batch."""
+        if size == 1:
+            return True
+        if self.batch_bins is not None and size * self.cost(longest) > self.batch_bins:
+            return False
+        if self.max_batch_size is not None:
+            limit = self.max_batch_size
+            if self.fold_length is not None:
+                limit = max(1, limit // (1 + int(longest.shape[0]) // self.fold_length))
+            if size > limit:
+                return False
+        return True
+
+    @classmethod
+    def from_task_args(cls, args: argparse.Namespace, hop_length: Optional[int] = None) -> "RestatBudget":
+        """The budget of the run's validation: ``valid_batch_type`` (else ``batch_type``) with
+        ``valid_batch_bins`` / ``valid_batch_size`` (else ``batch_bins`` / ``batch_size``), as
+        ESPnet's trainer builds the validation iterator.
+
+        Args:
+            args: ESPnet's task arguments.
+            hop_length: the dynres frontend's standard frame shift (samples); used with
+                ``dynres`` batches, whose ``batch_bins`` counts standard frames.
+
+        Raises:
+            ValueError: a ``dynres`` budget without ``hop_length`` (no dynres frontend).
+        """
+        batch_type = getattr(args, "valid_batch_type", None) or getattr(args, "batch_type", "folded")
+        bins = getattr(args, "valid_batch_bins", None) or getattr(args, "batch_bins", None)
+        size = getattr(args, "valid_batch_size", None) or getattr(args, "batch_size", None)
+        if batch_type == "dynres":
+            if hop_length is None:
+                raise ValueError("batch_type dynres plans frame counts for the dynres frontend (its batch_bins "
+                                 "counts standard frames), but the model has another frontend; set frontend: dynres "
+                                 "(or use another batch_type).")
+            return cls(batch_bins=int(bins), max_batch_size=getattr(args, "max_batch_size", None),
+                       hop_length=int(hop_length))
+        if batch_type in BATCH_SIZE_TYPES:
+            folds = list(getattr(args, "fold_length", None) or [])
+            fold = int(folds[0]) if batch_type == "folded" and folds else None
+            return cls(batch_bins=None, max_batch_size=int(size), fold_length=fold)
+        return cls(batch_bins=int(bins), max_batch_size=None)  # numel, length: elements (samples x dims)
+
+
 class BatchNormRestat:
     """A uniform sample of training utterances and the re-estimate of BatchNorm statistics from it.
+
+    The sample holds each kept utterance as the model received it, unpadded: raw audio
+    ``(T_samples,)`` (or ``(T_samples, C)``) or extracted features ``(T_frames, D)``, as a copy
+    in host memory (pinned when it came from a CUDA device, so the copy back is asynchronous);
+    the device holds one batch of it at a time, only while :meth:`restat` runs.
 
     Args:
         num_utts: utterances kept per epoch (reservoir sampling, Vitter's algorithm R, over every
@@ -63,28 +171,39 @@ class BatchNormRestat:
     def __len__(self) -> int:
         return len(self._utts)
 
+    @staticmethod
+    def _host_copy(utt: torch.Tensor) -> torch.Tensor:
+        copy = utt.detach().to("cpu", copy=True)
+        return copy.pin_memory() if utt.is_cuda else copy
+
     def add(self, speech: torch.Tensor, speech_lengths: torch.Tensor) -> None:
         """Offer a training batch's utterances to the sample.
 
         Args:
-            speech: ``(B, T_samples)`` float32, padded; an utterance is kept as
-                ``speech[b, :speech_lengths[b]]`` (a detached copy).
-            speech_lengths: ``(B,)`` int64 samples before padding.
+            speech: ``(B, T_samples)`` float32 raw audio, ``(B, T_samples, C)``, or extracted
+                features ``(B, T_frames, D)``, padded along dim 1; an utterance is kept as
+                ``speech[b, :speech_lengths[b]]`` (a detached host copy).
+            speech_lengths: ``(B,)`` int64 samples (or frames) before padding.
+
+        Raises:
+            ValueError: ``speech`` is not 2-D or 3-D, or ``speech_lengths`` is not ``(B,)``.
         """
         if self.num_utts == 0:
             return
-        assert speech.dim() == 2 and speech_lengths.shape == speech.shape[:1], (
-            f"speech must be (B, T_samples) with speech_lengths (B,), got {tuple(speech.shape)} "
-            f"and {tuple(speech_lengths.shape)}"
-        )
+        if speech.dim() not in (2, 3) or speech_lengths.shape != speech.shape[:1]:
+            raise ValueError(
+                f"the BatchNorm re-estimate takes speech (B, T_samples), (B, T_samples, C) or features "
+                f"(B, T_frames, D) with speech_lengths (B,), got {tuple(speech.shape)} and "
+                f"{tuple(speech_lengths.shape)}"
+            )
         for b, length in enumerate(speech_lengths.tolist()):
             self._seen += 1
             if len(self._utts) < self.num_utts:
-                self._utts.append(speech[b, :length].detach().clone())
+                self._utts.append(self._host_copy(speech[b, :length]))
                 continue
             j = self._rng.randrange(self._seen)
             if j < self.num_utts:
-                self._utts[j] = speech[b, :length].detach().clone()
+                self._utts[j] = self._host_copy(speech[b, :length])
 
     def clear(self) -> None:
         """Start the next epoch's sample.  The draws restart from ``seed``, so an epoch's sample
@@ -94,26 +213,37 @@ class BatchNormRestat:
         self._seen = 0
         self._utts = []
 
-    def batches(self, batch_size: int) -> List[torch.Tensor]:
-        """The sample as padding-free batches: sorted by length, ``batch_size`` at a time, each
-        utterance cut to the shortest of its batch (sorting keeps the cut small).
+    def batches(self, budget: RestatBudget) -> List[torch.Tensor]:
+        """The sample as padding-free batches inside ``budget``, in host memory.
+
+        Sorted by length; a batch grows while ``budget.fits`` (``B ×`` the cost of its longest
+        member ``<= batch_bins``, and the count limit); each utterance is cut to the shortest of
+        its batch (sorting keeps the cut small), so what is computed is at most the budget.  An
+        utterance over the budget alone is a batch of its own.
 
         Returns:
-            ``(B, T_samples)`` float32 tensors, ``B <= batch_size``.
+            ``(B, T, ...)`` tensors (``T_samples`` or ``T_frames`` along dim 1).
         """
-        utts = sorted(self._utts, key=lambda u: u.numel())
-        return [torch.stack([u[: group[0].numel()] for u in group])
-                for group in (utts[i:i + batch_size] for i in range(0, len(utts), batch_size))]
+        utts = sorted(self._utts, key=lambda u: int(u.shape[0]))
+        groups: List[List[torch.Tensor]] = []
+        for utt in utts:
+            if groups and budget.fits(len(groups[-1]) + 1, utt):
+                groups[-1].append(utt)
+            else:
+                groups.append([utt])
+        return [torch.stack([u[: group[0].shape[0]] for u in group]) for group in groups]
 
     @torch.no_grad()
     def restat(self, encode: Callable[[torch.Tensor, torch.Tensor], object], batchnorms: Sequence[_BatchNorm],
-               batch_size: int = 16) -> int:
+               budget: RestatBudget, device: Optional[torch.device] = None) -> int:
         """Set each layer's running mean and variance to its input statistics over the sample.
 
-        The sample is encoded in padding-free batches (:meth:`batches`), so no padding frame
-        enters the statistics, by ``encode(speech (B, T_samples), speech_lengths (B,))``, which
+        The sample is encoded in padding-free batches inside ``budget`` (:meth:`batches`), so no
+        padding frame enters the statistics and no batch is larger than the run's evaluation
+        budget, by ``encode(speech (B, T, ...), speech_lengths (B,))``, which
         must run the model in evaluation mode (standard frame rate, no dropout, no
-        SpecAugment).  One pass per layer, in the order the layers run, each pass ending at its
+        SpecAugment).  Each batch is moved to ``device`` (default: the sample's, host) only for
+        its own forward.  One pass per layer, in the order the layers run, each pass ending at its
         layer; so a layer is measured with every earlier layer already re-estimated, as
         evaluation will see it.  Under ``torch.distributed`` the sums are added over all ranks
         first (every rank must call this, as every rank validates).
@@ -130,9 +260,10 @@ class BatchNormRestat:
         if not self._utts or not batchnorms:
             return 0
         start = time.perf_counter()
-        batches = self.batches(batch_size)
+        batches = self.batches(budget)
 
         def run(speech: torch.Tensor) -> None:
+            speech = speech.to(device, non_blocking=True) if device is not None else speech
             lengths = torch.full((speech.shape[0],), speech.shape[1], dtype=torch.long, device=speech.device)
             try:
                 encode(speech, lengths)
@@ -168,8 +299,9 @@ class BatchNormRestat:
             layer.running_var.copy_(var.to(layer.running_var.dtype))
         logging.info(
             "BatchNorm statistics of %d layers re-estimated at the standard frame rate over %d training "
-            "utterances (%d samples) in %.1f s",
-            len(order), len(self._utts), sum(int(b.numel()) for b in batches), time.perf_counter() - start,
+            "utterances (%d input values, %d batches within %s) in %.1f s",
+            len(order), len(self._utts), sum(int(b.numel()) for b in batches), len(batches), budget,
+            time.perf_counter() - start,
         )
         return len(order)
 

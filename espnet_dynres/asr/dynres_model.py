@@ -10,7 +10,7 @@ from typeguard import typechecked
 
 from espnet2.asr.espnet_model import ESPnetASRModel
 
-from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, batchnorm_layers
+from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, RestatBudget, batchnorm_layers
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 
@@ -39,8 +39,10 @@ class DynResASRModel(ESPnetASRModel):
        ``self.dynres_specaug`` and ESPnet's ``self.specaug`` is ``None``
        (SpecAugment has no parameters, so checkpoints are unchanged).  Any
        other ``specaug`` is left to ESPnet.
-    3. **Stat** ``frame_rate_fallback`` (1 for a fallback batch) with the
-       ``dynres`` frontend.
+    3. **Stats** ``frame_rate_fallback`` (1 for a fallback batch) and
+       ``below_clamp`` (utterances of the batch computed below
+       ``min_frame_rate_hz``, :meth:`FrameRatePolicy.below_clamp`) with the
+       ``dynres`` frontend in a training step.
     4. **BatchNorm statistics at the standard rate.**  Every training forward
        offers its utterances to a uniform sample of ``batchnorm_restat_utts``
        per epoch (:class:`~espnet_dynres.asr.batchnorm_restat.BatchNormRestat`);
@@ -53,7 +55,13 @@ class DynResASRModel(ESPnetASRModel):
        statistics of the inputs they see, not an average of 70–130 Hz training
        batches with dropout on (``docs/training_dynamics.md``).  With
        ``batchnorm_restat_utts: 0``, or a model without BatchNorm, nothing is
-       kept or changed.
+       kept or changed.  The sample lives in host memory; the re-estimate's
+       batches obey :attr:`batchnorm_restat_budget`, which
+       ``espnet_dynres`` sets from the run's validation budget
+       (:meth:`RestatBudget.from_task_args`: ``valid_batch_bins``, else
+       ``batch_bins``); a model built outside ESPnet's task encodes one
+       utterance at a time.  It works on raw audio and on extracted features
+       (``frontend: null``, ``speech (B, T_frames, D)``) alike.
 
     Why one attribute of per-forward state (``self._speech_frames``): ESPnet's
     ``forward`` calls ``self.encode(speech, speech_lengths)``, which calls
@@ -90,8 +98,11 @@ class DynResASRModel(ESPnetASRModel):
         self.dynres_specaug: Optional[DynResSpecAug] = dynres_specaug
         self._speech_frames: Optional[torch.Tensor] = None  # (B,) the plan of the running forward only
         self._fallback: Optional[bool] = None  # the running forward's fallback flag, for its stat
+        self._below_clamp: Optional[int] = None  # the running forward's below_clamp count, for its stat
         # not a module and no buffers: the sample never enters a checkpoint
         self._batchnorm_restat = batchnorm_restat if batchnorm_layers(self) else None
+        # The re-estimate's batch budget; ASRTask.build_model (espnet_dynres) sets the run's evaluation budget.
+        self.batchnorm_restat_budget = RestatBudget(max_batch_size=1)
 
     def train(self, mode: bool = True) -> "DynResASRModel":
         """``nn.Module.train``; leaving training mode first re-estimates BatchNorm (class docstring, 4)."""
@@ -99,7 +110,8 @@ class DynResASRModel(ESPnetASRModel):
         super().train(mode)
         restat = getattr(self, "_batchnorm_restat", None)  # None while ESPnet's __init__ runs
         if leaving_training and restat is not None and len(restat):
-            restat.restat(self.encode, batchnorm_layers(self))
+            device = next(self.parameters()).device
+            restat.restat(self.encode, batchnorm_layers(self), self.batchnorm_restat_budget, device=device)
             restat.clear()
         return self
 
@@ -115,15 +127,17 @@ class DynResASRModel(ESPnetASRModel):
         """ESPnet's forward (frontend, SpecAugment, encoder, CTC/attention loss) with the plan.
 
         Args:
-            speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples.
+            speech: ``(B, T_samples)`` float32 raw audio, or ``(B, T_frames, D)`` extracted
+                features when the model has no frontend (``input_size`` set, ``frontend: null``);
+                speech_lengths ``(B,)`` int64 samples (or frames).
             text: ``(B, L_tokens)`` int64 padded with ``ignore_id``; text_lengths ``(B,)`` int64.
             speech_frames: ``(B,)`` int64 feature frames per utterance planned by
                 ``batch_type: dynres``, or ``None``.
             kwargs: passed to ESPnet (e.g. ``utt_id``).
 
         Returns:
-            ESPnet's ``(loss, stats, weight)``, plus stat ``frame_rate_fallback``
-            with the ``dynres`` frontend.
+            ESPnet's ``(loss, stats, weight)``, plus stats ``frame_rate_fallback``
+            and ``below_clamp`` with the ``dynres`` frontend.
 
         Raises:
             ValueError: ``speech_frames`` given with a frontend other than ``dynres``,
@@ -145,13 +159,17 @@ class DynResASRModel(ESPnetASRModel):
             self._batchnorm_restat.add(speech, speech_lengths)
         self._speech_frames = speech_frames
         self._fallback = None
+        self._below_clamp = None
         try:
             loss, stats, weight = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
             if self._fallback is not None:
                 stats["frame_rate_fallback"] = torch.tensor([float(self._fallback)], device=loss.device)
+            if self._below_clamp is not None:
+                stats["below_clamp"] = torch.tensor([float(self._below_clamp)], device=loss.device)
         finally:
             self._speech_frames = None
             self._fallback = None
+            self._below_clamp = None
         return loss, stats, weight
 
     def frontend_features(
@@ -175,8 +193,11 @@ class DynResASRModel(ESPnetASRModel):
         out = self.frontend.features(speech, speech_lengths, speech_frames)
         self._fallback = out.fallback
         ratios = None
+        self._below_clamp = 0  # at the standard rate (evaluation, a fallback batch) nothing is below the clamp
         if out.frame_rates_hz is not None:
-            ratios = out.frame_rates_hz / self.frontend.policy.standard_frame_rate_hz  # (B,)
+            policy = self.frontend.policy
+            ratios = out.frame_rates_hz / policy.standard_frame_rate_hz  # (B,)
+            self._below_clamp = int(policy.below_clamp(speech_lengths.tolist(), out.feats_lengths.tolist()).sum())
         return out.feats, out.feats_lengths, ratios
 
     def _extract_feats(

@@ -154,7 +154,8 @@ class TokenNormalizedASRModel(DynResASRModel):
         """Frontend + encoder + decoder + per-token loss (definition: class docstring).
 
         Args:
-            speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples.
+            speech: ``(B, T_samples)`` float32 raw audio, or ``(B, T_frames, D)`` extracted
+                features without a frontend; speech_lengths ``(B,)`` int64 samples (or frames).
             text: ``(B, L_tokens)`` int64 token ids, padded with ``ignore_id``;
                 text_lengths ``(B,)`` int64 tokens before padding (0 allowed).
             speech_frames (keyword, optional): ``(B,)`` int64 feature frames per
@@ -167,7 +168,7 @@ class TokenNormalizedASRModel(DynResASRModel):
             1-dim); every ``loss*`` stat per token; weight ``(1,)`` float32 ``n``.
         """
         assert text_lengths.dim() == 1 and speech.size(0) == text.size(0) == text_lengths.size(0), (
-            f"speech (B, T_samples[, C]), text (B, L) and text_lengths (B,) expected, got speech {tuple(speech.shape)}, "
+            f"speech (B, T_samples[, C]) or features (B, T_frames, D), text (B, L) and text_lengths (B,) expected, got speech {tuple(speech.shape)}, "
             f"text {tuple(text.shape)}, text_lengths {tuple(text_lengths.shape)}"
         )
         utt_id = kwargs.pop("utt_id", None)

@@ -114,6 +114,9 @@ def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
     if audit.batch_type == "dynres":
         lines.append(f"fallback batches      : {audit.num_fallback_batches} "
                      "(each member at its lowest planned rate, padded to the longest)")
+    if audit.num_below_clamp is not None:
+        lines.append(f"below_clamp           : {audit.num_below_clamp} of {audit.num_utterances_in_batches} utterances "
+                     "(planned under min_frame_rate_hz: batch_bins too small for them at the clamp's lowest rate)")
     lines.append(
         f"frame rate (Hz)       : {dist(audit.frame_rate_hz, '{:.1f}')}  "
         f"({100 * audit.off_standard_rate_fraction:.1f} % of utterances more than "
@@ -264,6 +267,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         planned_utt_frames=built.planned_utt_frames,
         batch_type=args.batch_type,
         build_time_sec=built.build_time_sec,
+        policy=policy,
     )
     print(format_report(audit, repr(built.sampler)))
     if args.plot:

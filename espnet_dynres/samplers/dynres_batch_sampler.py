@@ -16,6 +16,7 @@ from espnet_dynres.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.input_checks import blank_line_message
 
 OVERSIZED_ACTIONS = ("warn", "error")
+SHOWN_OVERSIZED = 5  # oversized utterances named in the plan's summary line (the count is always given)
 BATCH_FILLS = ("below", "nearest")
 
 
@@ -226,6 +227,11 @@ class DynResBatchSampler(AbsSampler):
         self.oversized = oversized
         self.batch_fill = batch_fill
         self.epoch = 1
+        self._arguments = dict(
+            shape_files=self.shape_files, policy=policy, min_batch_size=min_batch_size, max_batch_size=max_batch_size,
+            sort_in_batch=sort_in_batch, sort_batch=sort_batch, utt2min_frames=utt2min_frames, seed=seed,
+            shuffle=shuffle, shuffle_jitter=shuffle_jitter, batch_fill=batch_fill,
+        )
 
         self.utt2samples = read_speech_lengths(self.shape_files)
         self.keys: List[str] = list(self.utt2samples)
@@ -245,9 +251,19 @@ class DynResBatchSampler(AbsSampler):
         self._sorted = np.lexsort((np.arange(len(samples)), samples))  # by length, then file order
         self._cache: Dict[int, Tuple[List[Tuple[str, ...]], List[Optional[int]], List[Tuple[int, ...]]]] = {}
         self._warned: Set[str] = set()
+        self._pending: Dict[str, str] = {}  # oversized utterances of the plan being built -> their message
+        self._below_clamp: Dict[int, int] = {}  # epoch -> utterances planned below the clamp
+        self._logged_below_clamp: Optional[int] = None
+        # The smallest budget with every utterance alone inside the clamp (and its CTC minimum).
+        self.min_batch_bins_in_clamp = self.min_batch_size * int(max(max(a, b) for a, b in zip(self._lo, self._min)))
         self._plan(1)  # validate (oversized="error") at build time
 
     # ------------------------------------------------------------- public
+    def with_batch_bins(self, batch_bins: int) -> "DynResBatchSampler":
+        """The same sampler (shape files, policy, options) with another ``batch_bins`` and
+        ``oversized="warn"`` (for budget searches such as the audit's)."""
+        return DynResBatchSampler(batch_bins=batch_bins, oversized="warn", **self._arguments)
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch that ``__iter__`` / ``__len__`` refer to (1-based)."""
         self.epoch = int(epoch)
@@ -264,6 +280,12 @@ class DynResBatchSampler(AbsSampler):
     def utt_frames_for_epoch(self, epoch: int) -> List[Tuple[int, ...]]:
         """Planned feature frames per utterance, batch by batch (aligned with :meth:`batches_for_epoch`)."""
         return list(self._plan(epoch)[2])
+
+    def num_below_clamp_for_epoch(self, epoch: int) -> int:
+        """How many utterances ``epoch`` plans *below the clamp* (``below_clamp``: fewer frames than
+        ``min_frame_rate_hz`` gives, :meth:`FrameRatePolicy.below_clamp`)."""
+        self._plan(epoch)
+        return self._below_clamp[int(epoch)]
 
     def num_fallback_batches_for_epoch(self, epoch: int) -> int:
         """How many batches of ``epoch`` are fallback batches (each member at its lowest planned rate,
@@ -286,7 +308,8 @@ class DynResBatchSampler(AbsSampler):
         return (
             f"{self.__class__.__name__}(N-batch={len(self)} (epoch {self.epoch}), batch_bins={self.batch_bins}, "
             f"frame rates {self.policy.min_frame_rate_hz:g}-{self.policy.max_frame_rate_hz:g} Hz, "
-            f"shuffle={self.shuffle}, fallback batches={self.num_fallback_batches})"
+            f"shuffle={self.shuffle}, fallback batches={self.num_fallback_batches}, "
+            f"below_clamp={self.num_below_clamp_for_epoch(self.epoch)} utterances)"
         )
 
     def __len__(self) -> int:
@@ -394,7 +417,6 @@ class DynResBatchSampler(AbsSampler):
                 f"validation utterance {key} ({self._samples[batch[0]] / self.policy.fs:.1f} s) needs {t} frames at "
                 f"the standard rate, more than valid_batch_bins={self.batch_bins}",
                 "raise valid_batch_bins, split the recording, or set oversized: warn.",
-                "it gets a batch of its own (raise valid_batch_bins or split the recording).",
             )
         return t, counts
 
@@ -457,7 +479,8 @@ class DynResBatchSampler(AbsSampler):
         return None, counts
 
     def _name_oversized(self, batch: List[int], t: int) -> None:
-        """Warn once about (``oversized="warn"``) or refuse (``"error"``) the batch's longest utterance."""
+        """Name the batch's longest utterance in the plan's summary (``oversized="warn"``) or refuse it
+        (``"error"``)."""
         i = max(batch, key=lambda j: (self._fallback_lo[j], self._samples[j]))
         key = self.keys[i]
         lowest = max(self._fallback_lo[i], self._min[i])
@@ -466,7 +489,6 @@ class DynResBatchSampler(AbsSampler):
                 f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {lowest} frames even at "
                 f"{self.policy.fallback_frame_rate_hz:g} Hz, more than batch_bins={self.batch_bins}"
             )
-            fix = "it gets a batch of its own (raise batch_bins or split the recording)."
         else:
             message = (
                 f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {lowest} frames even at "
@@ -474,17 +496,47 @@ class DynResBatchSampler(AbsSampler):
                 f"{self.min_batch_size}, the world size under DDP) that is {len(batch)} x {t} frames, more than "
                 f"batch_bins={self.batch_bins}"
             )
-            fix = "its batch is computed at the lowest rates the clamp allows (raise batch_bins or split the recording)."
-        self._report_oversized(key, message, "raise batch_bins, split the recording, or set oversized: warn.", fix)
+        self._report_oversized(key, message, "raise batch_bins, split the recording, or set oversized: warn.")
 
-    def _report_oversized(self, key: str, message: str, error_fix: str, warn_fix: str) -> None:
-        """``oversized="error"``: raise ``ValueError(message; error_fix)``; ``"warn"``: log
-        ``message; warn_fix`` once per utterance."""
+    def _report_oversized(self, key: str, message: str, error_fix: str) -> None:
+        """``oversized="error"``: raise ``ValueError(message; error_fix)``; ``"warn"``: keep the
+        message for the plan's one summary line (:meth:`_summarize`)."""
         if self.oversized == "error":
             raise ValueError(f"{message}; {error_fix}")
-        if key not in self._warned:
-            self._warned.add(key)
-            logging.warning(f"{message}; {warn_fix}")
+        self._pending.setdefault(key, message)
+
+    def _summarize(self, epoch: int, below_clamp: int) -> None:
+        """One log line per plan that needs one: how many utterances are over the budget (named,
+        up to :data:`SHOWN_OVERSIZED`, each once per run), how many are planned below the clamp,
+        and the smallest ``batch_bins`` that keeps every utterance inside it."""
+        pending, self._pending = self._pending, {}
+        new = [k for k in pending if k not in self._warned]
+        self._warned.update(new)
+        if not new and below_clamp == self._logged_below_clamp:
+            return
+        self._logged_below_clamp = below_clamp
+        if not new and below_clamp == 0:
+            return
+        budget = "valid_batch_bins" if not self.shuffle else "batch_bins"
+        parts = [f"batch_type dynres, {budget}={self.batch_bins}, epoch {epoch}:"]
+        if self.shuffle:
+            parts.append(
+                f"{below_clamp} of {len(self.keys)} utterances planned below the clamp (below_clamp: under "
+                f"min_frame_rate_hz={self.policy.min_frame_rate_hz:g}, down to fallback_frame_rate_hz="
+                f"{self.policy.fallback_frame_rate_hz:g} Hz); the smallest batch_bins that keeps every utterance "
+                f"inside the clamp is {self.min_batch_bins_in_clamp}."
+            )
+        if new:
+            shown = "; ".join(pending[k] for k in new[:SHOWN_OVERSIZED])
+            more = f"; and {len(new) - SHOWN_OVERSIZED} more" if len(new) > SHOWN_OVERSIZED else ""
+            parts.append(
+                f"{len(new)} utterance(s) are over {budget} even at their lowest rate and are computed at it, each "
+                f"in a batch of its own (or of min_batch_size under DDP) (raise "
+                f"{budget} or split the recordings; oversized: error refuses them): {shown}{more}."
+            )
+            logging.warning(" ".join(parts))
+        else:
+            logging.info(" ".join(parts))
 
     def _plan(self, epoch: int):
         epoch = int(epoch)
@@ -514,6 +566,14 @@ class DynResBatchSampler(AbsSampler):
             batches.append(tuple(self.keys[i] for i in group))
             frames.append(t)
             utt_frames.append(tuple(per_utt))
+        if self.shuffle:
+            flat = [i for g in groups for i in g]
+            flat_frames = [c for _, per in planned for c in per]
+            below = int(self.policy.below_clamp(self._samples_arr[flat], flat_frames).sum()) if flat else 0
+        else:
+            below = 0  # validation: every utterance at the standard rate
+        self._below_clamp[epoch] = below
+        self._summarize(epoch, below)
         if len(self._cache) >= 4:
             self._cache.pop(next(iter(self._cache)))
         self._cache[epoch] = (batches, frames, utt_frames)

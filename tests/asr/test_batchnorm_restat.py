@@ -4,8 +4,9 @@ import pytest
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from espnet_dynres.asr.batchnorm_restat import BatchNormRestat
-from factory import build_tiny_model, pad_batch, random_text, real_utterances
+from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, RestatBudget
+from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
+from factory import build_tiny_model, pad_batch, random_text, real_utterances, write_shape_files
 
 SPECAUG_CONF = dict(apply_time_warp=False, apply_freq_mask=True, freq_mask_width_range=[0, 4], num_freq_mask=1,
                     apply_time_mask=False)
@@ -131,9 +132,80 @@ def test_sample_batches_are_sorted_cut_to_their_shortest_and_cover_the_sample():
     lengths = [7, 3, 9, 5, 4]
     speech = torch.arange(5, dtype=torch.float32)[:, None].repeat(1, 9)
     r.add(speech, torch.tensor(lengths))
-    batches = r.batches(2)
+    batches = r.batches(RestatBudget(max_batch_size=2))
     assert [tuple(b.shape) for b in batches] == [(2, 3), (2, 5), (1, 9)]
     assert [b[:, 0].tolist() for b in batches] == [[1.0, 4.0], [3.0, 0.0], [2.0]]
+    assert all(b.device.type == "cpu" for b in batches)
+
+
+def test_sample_batches_obey_the_bins_budget_and_an_utterance_over_it_is_alone():
+    r = BatchNormRestat(10)
+    lengths = [7, 3, 9, 5, 4]
+    r.add(torch.arange(5, dtype=torch.float32)[:, None].repeat(1, 9), torch.tensor(lengths))
+    # elements (numel's unit): B x the longest member <= 12
+    assert [tuple(b.shape) for b in r.batches(RestatBudget(batch_bins=12, max_batch_size=None))] == \
+        [(2, 3), (1, 5), (1, 7), (1, 9)]
+    # 5, 7 and 9 are each over a budget of 4: alone, never joined
+    assert [tuple(b.shape) for b in r.batches(RestatBudget(batch_bins=4, max_batch_size=None))] == \
+        [(1, 3), (1, 4), (1, 5), (1, 7), (1, 9)]
+    # standard frames (dynres's unit): 1 + T // hop
+    frames = RestatBudget(batch_bins=6, max_batch_size=None, hop_length=2)  # costs 2, 3, 3, 4, 5
+    assert [tuple(b.shape) for b in r.batches(frames)] == [(2, 3), (1, 5), (1, 7), (1, 9)]
+    with pytest.raises(ValueError, match="batch_bins or max_batch_size"):
+        RestatBudget(batch_bins=None, max_batch_size=None)
+
+
+def test_features_are_kept_as_sequences_of_frames():
+    r = BatchNormRestat(4)
+    feats = torch.randn(2, 10, 20)  # (B, T_frames, D)
+    r.add(feats, torch.tensor([10, 6]))
+    assert sorted(tuple(u.shape) for u in r._utts) == [(6, 20), (10, 20)]
+    assert [tuple(b.shape) for b in r.batches(RestatBudget(batch_bins=400, max_batch_size=None))] == [(2, 6, 20)]
+    with pytest.raises(ValueError, match=r"\(B, T_frames, D\).*got \(2, 3, 4, 5\)"):
+        r.add(torch.zeros(2, 3, 4, 5), torch.tensor([3, 3]))
+
+
+def test_the_budget_comes_from_the_runs_validation_budget():
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3), batch_type="dynres",
+                             batch_bins=5000, valid_batch_bins=900, max_batch_size=40)
+    assert model.batchnorm_restat_budget == RestatBudget(batch_bins=900, max_batch_size=40, hop_length=160)
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3), batch_type="numel",
+                             batch_bins=320000)
+    assert model.batchnorm_restat_budget == RestatBudget(batch_bins=320000, max_batch_size=None)
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3), batch_type="folded",
+                             batch_size=7, fold_length=[80000, 150])
+    assert model.batchnorm_restat_budget == RestatBudget(batch_bins=None, max_batch_size=7, fold_length=80000)
+
+
+def test_the_restat_of_long_utterances_costs_no_more_than_validating_them():
+    """Sixteen utterances 10x longer than the rest: every encoder call of the re-estimate is at most
+    the largest batch the dynres validation grouping plans for the same utterances (padded
+    standard-rate frames), where a fixed count of 16 would encode all long ones at once."""
+    short = real_utterances(16, start=40)  # single digits, ~0.4 s
+    long_ = real_utterances(16, concat=10, start=60)  # ten digits each, ~4.5 s
+    wavs = short + long_
+    valid_bins = 1500
+    model = build_tiny_model(model="token_normalized", batch_type="dynres", batch_bins=3000,
+                             valid_batch_bins=valid_bins, model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=64))
+    for group in (short, long_):
+        speech, lengths = pad_batch(group)
+        model._batchnorm_restat.add(speech, lengths)
+    calls = []
+    hook = model.encoder.register_forward_pre_hook(lambda m, inputs: calls.append(tuple(inputs[0].shape[:2])))
+    model.eval()
+    hook.remove()
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shape_files, _ = write_shape_files(Path(tmp), [w.numel() for w in wavs])
+        valid = DynResBatchSampler(batch_bins=valid_bins, shape_files=shape_files, policy=model.frontend.policy,
+                                   shuffle=False)
+        valid_frames = max(len(b) * max(f) for b, f in zip(valid.batches_for_epoch(1), valid.utt_frames_for_epoch(1)))
+    long_frames = model.frontend.policy.standard_frame_count(min(w.numel() for w in long_))
+    assert 16 * long_frames > valid_frames  # what a fixed batch of 16 would have encoded
+    assert calls and max(b * t for b, t in calls) <= valid_frames
+    assert max(t for _, t in calls) >= long_frames  # the long utterances were encoded
 
 
 def test_reservoir_is_a_deterministic_sample_of_everything_offered():

@@ -24,6 +24,51 @@ METHODS = ("hop", "resample")
 # were measured against it on the recipe (docs/benchmarks.md, "Time to accuracy"): 0.78x / 0.88x the time per
 # epoch, but at 80 Hz the CTC branch, decoded at 100 Hz, converged later in both seeds; so the default stays.
 FILTERBANKS = ("original", "resampled")
+# DefaultFrontend's options that a config carried over from ``frontend: default`` may set, and the one
+# value the dynres frontend computes with (it always frames with centred windows, unnormalised, one-sided
+# STFT power, from raw audio); any other value is refused (check_default_frontend_options).
+DEFAULT_FRONTEND_FIXED = {"center": True, "normalized": False, "onesided": True, "apply_stft": True}
+# frontend_conf: DefaultFrontend's WPE / beamformer front-end for multi-channel input; only "both off" is accepted.
+MULTICHANNEL_SWITCHES = ("use_wpe", "use_beamformer")
+
+
+def check_default_frontend_options(center: bool = True, normalized: bool = False, onesided: bool = True,
+                                   apply_stft: bool = True, frontend_conf: Optional[dict] = None) -> None:
+    """Accept ``DefaultFrontend`` options that change nothing for the dynres frontend; refuse the rest.
+
+    ``center: true``, ``normalized: false``, ``onesided: true`` and ``apply_stft: true`` are what
+    the dynres frontend always does, so a config copied from ``frontend: default`` may keep them.
+    ``frontend_conf`` (DefaultFrontend's WPE dereverberation and beamformer for multi-channel
+    input) is accepted only with ``use_wpe`` and ``use_beamformer`` off, where DefaultFrontend
+    itself leaves mono audio untouched.
+
+    Raises:
+        ValueError: naming the key, the value given, and why it cannot apply.
+    """
+    given = dict(center=center, normalized=normalized, onesided=onesided, apply_stft=apply_stft)
+    why = {
+        "center": "the dynres frontend frames with centred windows (1 + T_samples // hop_length frames, as "
+                  "DefaultFrontend's default), which its frame-count rule depends on",
+        "normalized": "the dynres frontend computes the unnormalised STFT power, as DefaultFrontend's default",
+        "onesided": "the dynres frontend's mel filterbank takes the one-sided spectrum (n_fft // 2 + 1 bins)",
+        "apply_stft": "the dynres frontend computes its features from raw audio; for extracted features use "
+                      "frontend: null with input_size",
+    }
+    for key, fixed in DEFAULT_FRONTEND_FIXED.items():
+        if given[key] is not fixed:
+            raise ValueError(
+                f"frontend_conf {key}: {given[key]} is not supported by frontend: dynres: {why[key]}. "
+                f"Remove {key} from frontend_conf (or set it to {str(fixed).lower()})."
+            )
+    if frontend_conf:
+        on = [k for k in MULTICHANNEL_SWITCHES if frontend_conf.get(k)]
+        if on:
+            raise ValueError(
+                f"frontend_conf frontend_conf: {', '.join(f'{k}: true' for k in on)} (DefaultFrontend's WPE / "
+                "beamformer for multi-channel input) is not supported by frontend: dynres, which takes mono audio "
+                "and plans one frame rate per utterance. Remove frontend_conf from frontend_conf, or enhance / "
+                "down-mix the audio when preparing the data."
+            )
 
 
 def float32_features(forward):
@@ -81,7 +126,12 @@ class DynResFrontend(AbsFrontend):
     standard rate, i.e. each batch gets its mean standard frame count; lower
     targets cost fewer encoder frames, measured in ``docs/benchmarks.md``)
     configure the
-    :class:`FrameRatePolicy` shared with the sampler.
+    :class:`FrameRatePolicy` shared with the sampler.  The rest of DefaultFrontend's
+    parameters are accepted where they change nothing (``center: true``,
+    ``normalized: false``, ``onesided: true``, ``apply_stft: true``, and
+    ``frontend_conf`` with WPE and beamformer off) and refused otherwise
+    (:func:`check_default_frontend_options`), so a ``frontend_conf`` copied from
+    ``frontend: default`` works as it is.
 
     Modes:
 
@@ -124,7 +174,8 @@ class DynResFrontend(AbsFrontend):
     ``with_rates`` is the :class:`AbsFrontend` interface (features and lengths only).
 
     Raises:
-        ValueError: an odd ``n_fft``, ``win_length`` outside ``1..n_fft``, an
+        ValueError: a DefaultFrontend option the dynres frontend cannot honour
+            (:func:`check_default_frontend_options`), an odd ``n_fft``, ``win_length`` outside ``1..n_fft``, an
             unknown ``method`` or ``resample_filterbank``, a non-positive
             ``resample_grid_hz``, or an invalid rate clamp (see
             :class:`FrameRatePolicy`).
@@ -150,8 +201,15 @@ class DynResFrontend(AbsFrontend):
         method: str = "hop",
         resample_filterbank: str = "original",
         resample_grid_hz: Optional[int] = None,
+        center: bool = True,
+        normalized: bool = False,
+        onesided: bool = True,
+        frontend_conf: Optional[dict] = None,
+        apply_stft: bool = True,
     ):
         super().__init__()
+        check_default_frontend_options(center=center, normalized=normalized, onesided=onesided,
+                                       apply_stft=apply_stft, frontend_conf=frontend_conf)
         fs = parse_fs(fs)
         win_length = n_fft if win_length is None else win_length
         if n_fft % 2 != 0:

@@ -314,3 +314,29 @@ def test_multichannel_input_uses_default_frontends_channel_in_eval_and_is_refuse
     torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match=r"\(6, \d+, 2\) in a training step.*Down-mix or pick one channel"):
         DynResFrontend(**RECIPE_FRONTEND).train()(stereo, lengths)
+
+
+def test_every_default_frontend_key_at_its_default_is_accepted_and_changes_nothing(real_batch):
+    """A frontend_conf copied from frontend: default works as it is: each of DefaultFrontend's keys at
+    DefaultFrontend's own default builds a dynres frontend whose eval features are DefaultFrontend's."""
+    import inspect
+
+    from espnet_dynres.input_checks import check_conf_keys
+
+    _, speech, lengths = real_batch
+    params = {k: p.default for k, p in inspect.signature(DefaultFrontend.__init__).parameters.items() if k != "self"}
+    assert {"center", "normalized", "onesided", "apply_stft", "frontend_conf"} <= set(params)
+    check_conf_keys(params, DynResFrontend, "frontend_conf")  # the YAML path: no unknown key
+    for key, default in params.items():
+        conf = {**RECIPE_FRONTEND, key: default} if key not in RECIPE_FRONTEND else dict(RECIPE_FRONTEND)
+        ours = DynResFrontend(**conf).eval()
+        expected, _ = DefaultFrontend(**{"frontend_conf": None, **conf}).eval()(speech, lengths)
+        torch.testing.assert_close(ours(speech, lengths)[0], expected, msg=key)
+
+
+@pytest.mark.parametrize("key, value", [("center", False), ("normalized", True), ("onesided", False),
+                                        ("apply_stft", False), ("frontend_conf", {"use_wpe": True}),
+                                        ("frontend_conf", {"use_beamformer": True, "btype": "blstmp"})])
+def test_default_frontend_keys_that_would_change_the_features_are_refused_by_name(key, value):
+    with pytest.raises(ValueError, match=rf"frontend_conf {key}: .*not supported by frontend: dynres.*Remove {key}"):
+        DynResFrontend(**RECIPE_FRONTEND, **{key: value})

@@ -1,0 +1,137 @@
+"""Extracted features as input (``frontend: null``, ``speech (B, T_frames, D)``): both models train,
+validate and decode, and the BatchNorm re-estimate keeps feature sequences; the dynres switches,
+which need raw audio, are refused before training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kaldiio
+import numpy as np
+import pytest
+import torch
+import torchaudio
+import yaml
+
+from espnet2.tasks.asr import ASRTask
+from espnet_dynres.asr.batchnorm_restat import RestatBudget
+from factory import REPO_ROOT, DIGIT_WORDS, TOKENS, build_tiny_model, fsdd_files, random_text, real_utterances
+
+CI_CONFIG = REPO_ROOT / "conf" / "train_asr_conformer_dynres_ci.yaml"
+
+FEAT_DIM = 20
+TRANSFORMER = dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=2, input_layer="conv2d")
+CONFORMER = dict(TRANSFORMER, use_cnn_module=True, cnn_module_kernel=7)
+
+
+def feature_model(model: str, encoder: str):
+    return build_tiny_model(model=model, frontend=None, input_size=FEAT_DIM, batch_type="numel",
+                            encoder=encoder, encoder_conf=CONFORMER if encoder == "conformer" else TRANSFORMER,
+                            model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+
+
+@pytest.mark.parametrize("model_name", ["dynres", "token_normalized"])
+@pytest.mark.parametrize("encoder", ["conformer", "transformer"])
+def test_features_train_and_evaluate(model_name, encoder):
+    """ESPnet's own test style: no frontend, speech (B, T_frames, D); forward, backward, eval()."""
+    model = feature_model(model_name, encoder)
+    assert model.frontend is None
+    torch.manual_seed(0)
+    feats = torch.randn(2, 40, FEAT_DIM)
+    lengths = torch.tensor([40, 40])  # equal: the re-estimate's padding-free batch cuts nothing
+    text, text_lengths = random_text(2, 3)
+    model.train()
+    loss, stats, weight = model(feats, lengths, text, text_lengths)
+    loss.backward()
+    assert torch.isfinite(loss) and "below_clamp" not in stats
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
+    restat = model._batchnorm_restat
+    assert (restat is not None) == (encoder == "conformer") == bool(bns)
+    model.eval()  # re-estimates over the kept feature sequences (Conformer)
+    with torch.no_grad():
+        loss_eval, _, _ = model(feats, lengths, text, text_lengths)
+    assert torch.isfinite(loss_eval)
+    if encoder == "conformer":
+        # The statistics are those of the features as evaluation encodes them, one at a time.
+        inputs = {bn: [] for bn in bns}
+        hooks = [bn.register_forward_pre_hook(lambda m, i: inputs[m].append(i[0].transpose(0, 1).flatten(1)))
+                 for bn in bns]
+        with torch.no_grad():
+            for b in range(2):
+                model.encode(feats[b : b + 1, : lengths[b]], lengths[b : b + 1])
+        for h in hooks:
+            h.remove()
+        for bn, xs in inputs.items():
+            x = torch.cat(xs, dim=1).double()
+            torch.testing.assert_close(bn.running_mean.double(), x.mean(dim=1), rtol=1e-4, atol=1e-5)
+        assert model.batchnorm_restat_budget == RestatBudget(batch_bins=1000000, max_batch_size=None)
+
+
+@pytest.mark.parametrize("switch", [dict(batch_type="dynres"), dict(frontend="dynres"), dict(valid_batch_type="dynres")])
+def test_dynres_switches_with_features_are_refused_with_the_fix(switch):
+    overrides = dict(model="token_normalized", frontend=None, input_size=FEAT_DIM, batch_type="numel")
+    overrides.update(switch)
+    with pytest.raises(ValueError, match=r"input_size: 20 means extracted features.*batch_type: numel"):
+        build_tiny_model(**overrides)
+
+
+def write_feature_dir(out_dir: Path, count: int, start: int) -> Path:
+    """A data dir of Kaldi fbank features (``feats.scp`` + ark, ``(T_frames, FEAT_DIM)``) of real digits."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = fsdd_files(count, start)
+    wavs = real_utterances(count, start=start)
+    rows = {"text": [], "speech_shape": [], "text_shape.word": []}
+    with kaldiio.WriteHelper(f"ark,scp:{out_dir / 'feats.ark'},{out_dir / 'feats.scp'}") as writer:
+        for i, (f, wav) in enumerate(zip(files, wavs)):
+            utt = f"spk-{i:05d}"
+            feats = torchaudio.compliance.kaldi.fbank(wav[None] * 32768, num_mel_bins=FEAT_DIM, sample_frequency=16000)
+            writer(utt, feats.numpy())
+            rows["text"].append(f"{utt} {DIGIT_WORDS[int(f.name.split('_')[0])]}")
+            rows["speech_shape"].append(f"{utt} {feats.shape[0]},{FEAT_DIM}")
+            rows["text_shape.word"].append(f"{utt} 1,{len(TOKENS)}")
+    for name, lines in rows.items():
+        (out_dir / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    (out_dir / "tokens.txt").write_text("".join(t + "\n" for t in TOKENS), encoding="utf-8")
+    return out_dir
+
+
+def train_on_features(tmp_path: Path, *extra: str) -> Path:
+    train, valid = write_feature_dir(tmp_path / "train", 6, 500), write_feature_dir(tmp_path / "valid", 2, 520)
+    out = tmp_path / "exp"
+    ASRTask.main(cmd=[
+        "--config", str(CI_CONFIG), "--output_dir", str(out), "--ngpu", "0", "--num_workers", "0",
+        "--input_size", str(FEAT_DIM), "--batch_type", "numel", "--batch_bins", str(40 * FEAT_DIM * 3),
+        "--specaug", "none", "--normalize", "none",
+        "--use_preprocessor", "true", "--token_type", "word", "--token_list", str(train / "tokens.txt"),
+        "--train_data_path_and_name_and_type", f"{train / 'feats.scp'},speech,kaldi_ark",
+        "--train_data_path_and_name_and_type", f"{train / 'text'},text,text",
+        "--valid_data_path_and_name_and_type", f"{valid / 'feats.scp'},speech,kaldi_ark",
+        "--valid_data_path_and_name_and_type", f"{valid / 'text'},text,text",
+        "--train_shape_file", str(train / "speech_shape"), "--train_shape_file", str(train / "text_shape.word"),
+        "--valid_shape_file", str(valid / "speech_shape"), "--valid_shape_file", str(valid / "text_shape.word"),
+        "--use_tensorboard", "false", *extra,
+    ])  # fmt: skip
+    return out
+
+
+def test_asr_task_trains_validates_and_decodes_extracted_features(tmp_path, caplog):
+    """``--input_size`` with Kaldi features: ESPnet builds no frontend; model token_normalized with a
+    Conformer (BatchNorm) trains an epoch, validates after the re-estimate, and decodes."""
+    from espnet2.bin.asr_inference import Speech2Text
+
+    with caplog.at_level("INFO"):
+        out = train_on_features(tmp_path, "--frontend", "default")  # ESPnet drops it: input_size is set
+    assert "BatchNorm statistics of 1 layers re-estimated" in caplog.text
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["frontend"] is None and config["input_size"] == FEAT_DIM
+    speech2text = Speech2Text(asr_train_config=str(out / "config.yaml"), asr_model_file=str(out / "1epoch.pth"),
+                              beam_size=2, ctc_weight=0.3, nbest=1)
+    feats = kaldiio.load_scp(str(tmp_path / "valid" / "feats.scp"))
+    for utt in feats:
+        results = speech2text(torch.from_numpy(np.array(feats[utt])))  # (T_frames, D)
+        assert len(results) == 1 and isinstance(results[0][0], str)
+
+
+def test_asr_task_refuses_frontend_dynres_with_features(tmp_path):
+    with pytest.raises(ValueError, match="frontend: dynres computes features"):
+        train_on_features(tmp_path, "--frontend", "dynres")
