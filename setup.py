@@ -9,14 +9,15 @@ setup(
         "and a token-normalized ASR loss"
     ),
     packages=find_packages(include=["espnet_dynres", "espnet_dynres.*"]),
+    # Tested ranges (docs/install.md): the suite passes with the oldest and the newest release each
+    # range admits.  The project's own set-up (install.sh) installs the exact lock in requirements-lock.txt.
     python_requires=">=3.11,<3.12",
     install_requires=[
-        # Pinned: the newest releases that support Python 3.11.
-        "espnet==202511",
-        "espnet_model_zoo==0.1.7",
-        # torchaudio must match torch exactly.
-        "torch==2.9.1",
-        "torchaudio==2.9.1",
+        "espnet>=202506,<=202511",
+        "espnet_model_zoo>=0.1.7,<0.2",
+        # torchaudio must match torch's release; pip keeps an installed pair that fits.
+        "torch>=2.6,<2.10",
+        "torchaudio>=2.6,<2.10",
         # ESPnet's trainer imports these with its default options.
         "tensorboard",
         "matplotlib",

@@ -161,13 +161,15 @@ class BatchAudit:
         num_below_clamp: utterances planned *below the clamp* (``below_clamp``:
             fewer frames than ``min_frame_rate_hz`` gives,
             :meth:`FrameRatePolicy.below_clamp`); ``None`` without a policy.
+        frames: feature frames computed per batch, ``B × T`` (padding included).
         build_time_sec: seconds to build the sampler and draw epoch 1's
             batches (0 when not measured).
         batch_sizes, batch_frames, batch_padded_frames, batch_tokens,
         batch_audio_sec, batch_min_sec, batch_max_sec: ``(num_batches,)`` per-batch
             arrays in the sampler's order (sizes, ``B × T`` frames, padded frames,
             target tokens or ``None``, seconds of audio, shortest and longest
-            member in seconds).
+            member in seconds); ``utt_frame_rate_hz`` ``(utterance slots,)`` the planned
+            rate of every member, batch by batch.
     """
 
     batch_type: str
@@ -186,6 +188,7 @@ class BatchAudit:
     audio_sec: Optional[Distribution] = None
     build_time_sec: float = 0.0
     num_below_clamp: Optional[int] = None
+    frames: Optional[Distribution] = None
     batch_sizes: np.ndarray = field(default=None, repr=False)
     batch_frames: np.ndarray = field(default=None, repr=False)
     batch_padded_frames: np.ndarray = field(default=None, repr=False)
@@ -193,12 +196,13 @@ class BatchAudit:
     batch_audio_sec: np.ndarray = field(default=None, repr=False)
     batch_min_sec: np.ndarray = field(default=None, repr=False)
     batch_max_sec: np.ndarray = field(default=None, repr=False)
+    utt_frame_rate_hz: np.ndarray = field(default=None, repr=False)
 
     def summary(self) -> Dict:
         """JSON-ready dict of the scalar results (no per-batch arrays; NaN becomes ``None``)."""
         out = asdict(self)
         for name in ("batch_sizes", "batch_frames", "batch_padded_frames", "batch_tokens",
-                     "batch_audio_sec", "batch_min_sec", "batch_max_sec"):
+                     "batch_audio_sec", "batch_min_sec", "batch_max_sec", "utt_frame_rate_hz"):
             out.pop(name)
 
         def clean(x):
@@ -379,6 +383,8 @@ def audit_batches(
         off_standard_rate_fraction=float(np.mean(np.abs(utt_rate_hz / standard_rate_hz - 1) > OFF_STANDARD_TOLERANCE)),
         build_time_sec=build_time_sec,
         num_below_clamp=None if policy is None else int(policy.below_clamp(table.num_samples[flat], utt_frames).sum()),
+        frames=Distribution.of(batch_frames),
+        utt_frame_rate_hz=utt_rate_hz,
         batch_sizes=sizes,
         batch_frames=batch_frames,
         batch_padded_frames=batch_padded,
@@ -426,7 +432,7 @@ def build_batches(
     batch_bins: int = 1000000,
     fold_lengths: Sequence[int] = (80000, 150),
     sort_in_batch: str = "descending",
-    sort_batch: str = "ascending",
+    sort_batch: str = "descending",  # ESPnet's trainer default
     min_batch_size: int = 1,
     policy=None,
     max_batch_size: Optional[int] = None,

@@ -349,7 +349,36 @@ def build_model(cls, args: argparse.Namespace):
         frontend = model.frontend
         hop = frontend.hop_length if isinstance(frontend, DynResFrontend) else None
         model.batchnorm_restat_budget = RestatBudget.from_task_args(args, hop_length=hop)
+    record_effective_options(args, model)
     return model
+
+
+def record_effective_options(args: argparse.Namespace, model: torch.nn.Module) -> None:
+    """Write the value every plugin option runs with into ``args``, which ESPnet saves as the run's
+    ``config.yaml`` after building the model: the sampler options (:data:`SAMPLER_ARGUMENTS`, with
+    ``batch_type`` or ``valid_batch_type`` ``dynres``; defaults from :class:`DynResBatchSampler`),
+    the dynres frontend's own keys (the rate clamp from its :class:`FrameRatePolicy`, ``method``,
+    ``resample_*``) and ``model_conf.batchnorm_restat_utts``.  An omitted option is then recorded
+    as the value used, so a run stays reproducible from its config if a default changes."""
+    import inspect
+
+    if "dynres" in (getattr(args, "batch_type", None), getattr(args, "valid_batch_type", None)):
+        defaults = inspect.signature(DynResBatchSampler.__init__).parameters
+        for name in SAMPLER_ARGUMENTS:
+            if getattr(args, name, None) is None:
+                setattr(args, name, defaults[name].default)
+    frontend = getattr(model, "frontend", None)
+    if isinstance(frontend, DynResFrontend):
+        policy = frontend.policy
+        args.frontend_conf = {
+            **(args.frontend_conf or {}),
+            "min_frame_rate_hz": policy.min_frame_rate_hz, "max_frame_rate_hz": policy.max_frame_rate_hz,
+            "fallback_frame_rate_hz": policy.fallback_frame_rate_hz, "target_frame_rate_hz": policy.target_frame_rate_hz,
+            "curriculum_epochs": policy.curriculum_epochs, "method": frontend.method,
+            "resample_filterbank": frontend.resample_filterbank, "resample_grid_hz": frontend.resample_grid_hz,
+        }
+    if isinstance(model, DynResASRModel):
+        args.model_conf = {**(args.model_conf or {}), "batchnorm_restat_utts": model.batchnorm_restat_utts}
 
 
 # The plugin's only module-level mutable state, forced by ESPnet: its ASR task keeps the choices

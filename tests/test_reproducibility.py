@@ -153,3 +153,24 @@ def test_resumed_run_ends_where_the_uninterrupted_run_ends(runs):
         for mode in ("train", "valid"):
             got, want = resumed["reporter"]["stats"][epoch][mode], full["reporter"]["stats"][epoch][mode]
             assert float(got["loss"]) == pytest.approx(float(want["loss"]), rel=1e-5), (epoch, mode)
+
+
+def test_the_saved_config_records_the_value_of_every_omitted_plugin_option(runs):
+    """The CI config sets none of the sampler options, no fallback or target rate and no
+    batchnorm_restat_utts: config.yaml holds the values the run used, and a run from it plans the same."""
+    import inspect
+
+    from espnet_dynres.asr.dynres_model import DynResASRModel
+    from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
+
+    given = yaml.safe_load(CONFIG.read_text())
+    assert not {"oversized", "batch_fill", "shuffle_jitter"} & set(given)
+    saved = yaml.safe_load((runs["a"] / "config.yaml").read_text())
+    defaults = inspect.signature(DynResBatchSampler.__init__).parameters
+    for name in ("oversized", "batch_fill", "shuffle_jitter"):
+        assert saved[name] == defaults[name].default and saved[name] is not None
+    assert saved["frontend_conf"]["fallback_frame_rate_hz"] == 50.0  # 0.5 x the standard 100 Hz
+    assert saved["frontend_conf"]["min_frame_rate_hz"] == 70.0 and saved["frontend_conf"]["method"] == "hop"
+    assert "target_frame_rate_hz" in saved["frontend_conf"]
+    restat_default = inspect.signature(DynResASRModel.__init__).parameters["batchnorm_restat_utts"].default
+    assert saved["model_conf"]["batchnorm_restat_utts"] == restat_default

@@ -101,6 +101,7 @@ class DynResASRModel(ESPnetASRModel):
         self._below_clamp: Optional[int] = None  # the running forward's below_clamp count, for its stat
         # not a module and no buffers: the sample never enters a checkpoint
         self._batchnorm_restat = batchnorm_restat if batchnorm_layers(self) else None
+        self.batchnorm_restat_utts = batchnorm_restat_utts  # as configured (recorded in the run's config.yaml)
         # The re-estimate's batch budget; ASRTask.build_model (espnet_dynres) sets the run's evaluation budget.
         self.batchnorm_restat_budget = RestatBudget(max_batch_size=1)
 

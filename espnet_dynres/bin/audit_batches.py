@@ -36,6 +36,7 @@ ESPnet's trainer passes them (``numel`` then also counts tokens × vocabulary).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -44,7 +45,8 @@ from typing import List, Optional
 import numpy as np
 
 from espnet_dynres.batch_audit import (
-    BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches, read_shape_table,
+    BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches,
+    dynres_batch_bins_for_audio, mean_audio_per_batch_sec, read_shape_table,
 )
 
 
@@ -63,8 +65,9 @@ def get_parser() -> argparse.ArgumentParser:
                    help="numel/length: ESPnet bins (default 1000000); dynres: feature frames B x T (required)")
     p.add_argument("--fold_length", type=int, action="append", default=None,
                    help="folded: one per shape file (default asr.sh's 80000 for speech, 150 for text)")
+    # ESPnet's trainer defaults (AbsTask's --sort_in_batch / --sort_batch), so the audit plans what training does.
     p.add_argument("--sort_in_batch", default="descending", choices=["descending", "ascending"])
-    p.add_argument("--sort_batch", default="ascending", choices=["descending", "ascending"])
+    p.add_argument("--sort_batch", default="descending", choices=["descending", "ascending"])
     p.add_argument("--min_batch_size", type=int, default=1)
     g = p.add_argument_group("frames and the dynres frame-rate policy (frontend_conf)")
     g.add_argument("--fs", type=int, default=None, help="sampling rate of the shape file's samples (Hz; default 16000)")
@@ -88,9 +91,14 @@ def get_parser() -> argparse.ArgumentParser:
     g.add_argument("--ctc_input_layer", default=None,
                    help="dynres: apply the trainer's CTC safety for this encoder input_layer (e.g. conv2d), "
                         "with U = token count from --text_shape (repeats unknown: a lower bound)")
+    p.add_argument("--match", default=None, metavar="REFERENCE.yaml",
+                   help="dynres: also print the batch_bins whose batches hold the same mean audio per step as this "
+                        "reference training config's (e.g. a numel config) on the same shape files")
     o = p.add_argument_group("output")
     o.add_argument("--plot", default=None, help="write a PNG plot here")
-    o.add_argument("--json", default=None, help="write the summary as JSON here ('-' = stdout)")
+    o.add_argument("--json", default=None,
+                   help="write the summary as JSON here ('-' = stdout, which then holds only the JSON: the text "
+                        "report and any library output go to stderr)")
     return p
 
 
@@ -124,13 +132,16 @@ def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
     )
     lines.append("tokens per batch      : " + (dist(audit.tokens) if audit.tokens else "n/a (no --text_shape)"))
     lines.append(f"audio per batch (s)   : {dist(audit.audio_sec, '{:.1f}')}")
+    lines.append(f"frames per batch      : {dist(audit.frames)}  (B x T feature frames, padding included)")
     lines.append(f"composition change    : {change}  (epoch-1 co-batched pairs apart in epoch 2)")
     lines.append(f"build time            : {audit.build_time_sec:.2f} s")
     return "\n".join(lines)
 
 
-def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None) -> None:
-    """Four panels: batch sizes, per-batch padding, tokens, duration span per batch."""
+def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None, policy=None) -> None:
+    """Four panels: batch sizes, per-batch padding (with a dynres ``policy``: the per-utterance frame
+    rate histogram with the clamp marked instead, as planned batches have no padding), tokens,
+    duration span per batch."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,10 +151,22 @@ def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None) -> Non
     ax[0, 0].hist(audit.batch_sizes, bins=min(50, max(5, int(audit.batch_sizes.max()))), color="tab:blue")
     ax[0, 0].set(xlabel="utterances per batch", ylabel="batches", title="batch size")
 
-    pad = audit.batch_padded_frames / np.maximum(audit.batch_frames, 1)
-    ax[0, 1].plot(np.arange(audit.num_batches), 100 * pad, ".", ms=3, color="tab:red")
-    ax[0, 1].set(xlabel="batch (sampler order)", ylabel="padding (% of B x T frames)",
-                 title=f"padding: {100 * audit.padding_fraction:.2f} % of all frames")
+    if policy is not None:
+        rates = audit.utt_frame_rate_hz
+        ax[0, 1].hist(rates, bins=60, color="tab:red")
+        marks = [(policy.fallback_frame_rate_hz, "fallback", ":"), (policy.min_frame_rate_hz, "min", "--"),
+                 (policy.standard_frame_rate_hz, "standard", "-"), (policy.max_frame_rate_hz, "max", "--")]
+        for rate, name, style in marks:
+            ax[0, 1].axvline(rate, color="black", ls=style, lw=0.8)
+            ax[0, 1].text(rate, 0.98, f" {name} {rate:g}", rotation=90, va="top", fontsize=7,
+                          transform=ax[0, 1].get_xaxis_transform())
+        ax[0, 1].set(xlabel="planned frame rate (Hz)", ylabel="utterances",
+                     title=f"frame rate per utterance; below the clamp: {audit.num_below_clamp}")
+    else:
+        pad = audit.batch_padded_frames / np.maximum(audit.batch_frames, 1)
+        ax[0, 1].plot(np.arange(audit.num_batches), 100 * pad, ".", ms=3, color="tab:red")
+        ax[0, 1].set(xlabel="batch (sampler order)", ylabel="padding (% of B x T frames)",
+                     title=f"padding: {100 * audit.padding_fraction:.2f} % of all frames")
 
     if audit.batch_tokens is not None:
         ax[1, 0].hist(audit.batch_tokens, bins=50, color="tab:green")
@@ -217,6 +240,30 @@ def build_policy(args: argparse.Namespace):
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
+    if args.json != "-":
+        return _audit(args, sys.stdout)
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):  # the report and any library output (ESPnet's imports) to stderr
+        return _audit(args, stdout)
+
+
+def reference_audio_per_batch(reference: str, args: argparse.Namespace) -> float:
+    """Mean audio seconds per batch that the training config ``reference`` plans on the audited shape files."""
+    ref = parse_args([a for a in ["--config", reference, "--speech_shape", args.speech_shape]
+                      + (["--text_shape", args.text_shape] if args.text_shape else [])])
+    policy = build_policy(ref) if ref.batch_type == "dynres" else None
+    bins = ref.batch_bins if ref.batch_bins is not None else 1000000
+    built = build_batches(ref.batch_type, ref.speech_shape, ref.text_shape, batch_size=ref.batch_size,
+                          batch_bins=bins, fold_lengths=ref.fold_length or [80000, 150],
+                          sort_in_batch=ref.sort_in_batch, sort_batch=ref.sort_batch,
+                          min_batch_size=ref.min_batch_size, policy=policy, max_batch_size=ref.max_batch_size,
+                          seed=ref.seed, shuffle_jitter=ref.shuffle_jitter, batch_fill=ref.batch_fill)
+    table = read_shape_table(args.speech_shape)
+    fs = policy.fs if policy else (ref.fs or 16000)
+    return mean_audio_per_batch_sec(built.epoch1, dict(zip(table.keys, table.num_samples.tolist())), fs)
+
+
+def _audit(args: argparse.Namespace, stdout) -> int:
     policy = None
     batch_bins = args.batch_bins
     conf = args.config_conf
@@ -270,14 +317,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         policy=policy,
     )
     print(format_report(audit, repr(built.sampler)))
+    summary = audit.summary()
+    if args.match:
+        if args.batch_type != "dynres":
+            raise SystemExit("--match suggests a dynres batch_bins: audit --batch_type dynres (or a dynres --config)")
+        target = reference_audio_per_batch(args.match, args)
+        bins = dynres_batch_bins_for_audio(built.sampler, target, args.epoch)
+        summary["match"] = {"reference": str(args.match), "reference_audio_per_batch_sec": target,
+                            "batch_bins": bins}
+        print(f"match                 : batch_bins {bins} gives the mean audio per batch of {args.match} "
+              f"({target:.1f} s; this audit's batch_bins {args.batch_bins}: {audit.audio_sec.mean:.1f} s)")
     if args.plot:
-        plot_audit(audit, args.plot)
+        plot_audit(audit, args.plot, policy=policy)
         print(f"plot                  : {args.plot}")
     if args.json:
-        summary = audit.summary()
         text = json.dumps(summary, indent=2)
         if args.json == "-":
-            print(text)
+            print(text, file=stdout)
         else:
             Path(args.json).write_text(text + "\n")
     return 0

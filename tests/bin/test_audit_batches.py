@@ -105,3 +105,62 @@ def test_epoch_audits_that_epochs_plan_under_a_curriculum(tmp_path, shape_files,
     first, second, third, fourth = (frames(e) for e in (1, 2, 3, 4))
     assert first < 0.9 * second and second < 0.9 * third  # epochs 1 and 2 of the curriculum: lower rates
     assert abs(third - fourth) < 0.01 * third  # after it: the rule (batches differ a little every epoch)
+
+
+def test_json_to_stdout_is_only_json(shape_files, capsys):
+    assert main(["--batch_type", "dynres", "--batch_bins", "2000", "--hop_length", "160", "--speech_shape",
+                 shape_files[0], "--text_shape", shape_files[1], "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)  # the whole of stdout
+    assert result["frames"]["mean"] > 0 and result["audio_sec"]["p95"] >= result["audio_sec"]["p5"]
+    assert "batch type" in captured.err and "frames per batch" in captured.err
+
+
+def test_espnet_batch_types_are_audited_as_the_trainer_builds_them(tmp_path):
+    """The same shape files through ESPnet's own iterator builder (the trainer's arguments, its
+    default sort order) and through the audit CLI's defaults give the same batches, in order."""
+    import argparse
+
+    from espnet2.tasks.asr import ASRTask
+    from espnet2.train.distributed_utils import DistributedOption
+    from espnet_dynres.bin.audit_batches import parse_args
+    from espnet_dynres.batch_audit import build_batches
+    from factory import write_data_dir
+
+    data = write_data_dir(tmp_path / "data", count=30, start=1200)
+    for batch_type, budget in (("numel", ["--batch_bins", "60000"]), ("folded", ["--batch_size", "4"])):
+        cli = parse_args(["--batch_type", batch_type, "--speech_shape", str(data / "speech_shape"),
+                          "--text_shape", str(data / "text_shape.word"), *budget])
+        audit = build_batches(batch_type, cli.speech_shape, cli.text_shape, batch_size=cli.batch_size,
+                              batch_bins=cli.batch_bins or 1000000, fold_lengths=[80000, 150],
+                              sort_in_batch=cli.sort_in_batch, sort_batch=cli.sort_batch).epoch1
+        d = str(data)
+        args = ASRTask.get_parser().parse_args([
+            "--output_dir", str(tmp_path / "unused"), "--token_list", f"{d}/tokens.txt", "--token_type", "word",
+            "--use_preprocessor", "true", "--batch_type", batch_type,
+            "--fold_length", "80000", "--fold_length", "150", *budget,
+            "--train_data_path_and_name_and_type", f"{d}/wav.scp,speech,sound",
+            "--train_data_path_and_name_and_type", f"{d}/text,text,text",
+            "--train_shape_file", f"{d}/speech_shape", "--train_shape_file", f"{d}/text_shape.word",
+            "--valid_data_path_and_name_and_type", f"{d}/wav.scp,speech,sound",
+            "--valid_shape_file", f"{d}/speech_shape"])
+        assert isinstance(args, argparse.Namespace)
+        factory = ASRTask.build_iter_factory(args, DistributedOption(distributed=False), mode="train")
+        assert [tuple(b) for b in factory.sampler] == [tuple(b) for b in audit], batch_type
+
+
+def test_match_gives_the_dynres_budget_with_the_references_audio_per_step(tmp_path, shape_files, capsys):
+    import yaml
+
+    reference = tmp_path / "numel.yaml"
+    reference.write_text(yaml.safe_dump({"batch_type": "numel", "batch_bins": 320000}))
+    common = ["--speech_shape", shape_files[0], "--text_shape", shape_files[1], "--json", "-"]
+    assert main(["--batch_type", "dynres", "--batch_bins", "500", "--hop_length", "160", "--match", str(reference)]
+                + common) == 0
+    match = json.loads(capsys.readouterr().out)["match"]
+    assert main(["--batch_type", "numel", "--batch_bins", "320000"] + common) == 0
+    numel_sec = json.loads(capsys.readouterr().out)["audio_sec"]["mean"]
+    assert match["reference_audio_per_batch_sec"] == pytest.approx(numel_sec)
+    assert main(["--batch_type", "dynres", "--batch_bins", str(match["batch_bins"]), "--hop_length", "160"]
+                + common) == 0
+    assert json.loads(capsys.readouterr().out)["audio_sec"]["mean"] == pytest.approx(numel_sec, rel=0.1)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Connected-digit ASR on real speech (FSDD), with ESPnet's stage numbering:
 #   1 data prep   3 format (8 kHz -> fs)   4 filter   5 token list
-#   10 collect stats   11 train   12 decode (standard frame rate)   13 score   15 pack + unpack check
+#   10 collect stats   11 train   12 decode (standard frame rate)   13 score
+#   15 pack (with a config stock ESPnet decodes) + unpack check
 # Needs no ESPnet git checkout and no Kaldi tools: every stage is an ESPnet module
 # (python -m espnet2.bin.* / espnet_dynres.bin.*) or a script under local/.
 #
@@ -38,7 +39,7 @@ inference_asr_model=valid.acc.ave.pth
 fsdd_dir=../../../../shared/data/fsdd/recordings
 python=python
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -215,8 +216,11 @@ if [ "${stage}" -le 15 ] && [ "${stop_stage}" -ge 15 ]; then
     pack_opts=(--option "${asr_exp}/RESULTS.md" --option "${asr_stats_dir}/train/feats_stats.npz")
     [ -d "${asr_exp}/images" ] && pack_opts+=(--option "${asr_exp}/images")
     [ "${token_type}" = bpe ] && pack_opts+=(--option "${bpemodel}")
+    # The packed config names ESPnet's own classes: stock ESPnet and espnet_model_zoo decode it without the plugin.
+    run_logged "${asr_exp}/export_espnet_config.log" ${python} -m espnet_dynres.bin.export_espnet_config \
+        --exp_dir "${asr_exp}"
     run_logged "${asr_exp}/pack.log" ${python} -m espnet2.bin.pack asr \
-        --asr_train_config "${asr_exp}/config.yaml" --asr_model_file "${asr_exp}/${inference_asr_model}" \
+        --asr_train_config "${asr_exp}/config_espnet.yaml" --asr_model_file "${asr_exp}/${inference_asr_model}" \
         "${pack_opts[@]}" --outpath "${packed}"
     log "  packed: ${packed}"
     # A fresh cache: espnet_model_zoo would otherwise serve an older unpack of the same path.

@@ -1,0 +1,76 @@
+"""A trained model's ``config.yaml`` rewritten for stock ESPnet: decoding without the plugin.
+
+At inference the plugin's pieces are ESPnet's own: the ``dynres`` frontend outside a training
+step is ``DefaultFrontend`` (same settings, same features), ``specaug`` is unused, and both
+models decode as ``ESPnetASRModel``.  Their checkpoints hold the same parameters and buffers
+as ESPnet's (SpecAugment has none, the BatchNorm sample is no buffer), so the weights load
+unchanged.  :func:`stock_espnet_config` maps the names and drops the plugin-only keys; the
+result loads with ``espnet2.bin.asr_inference`` and ``espnet_model_zoo`` without
+``import espnet_dynres``.
+
+It is an *inference* config: under ``batch_type: numel`` the ``batch_bins`` of a dynres run
+(feature frames) would mean samples, so training from it again needs a ``numel`` budget
+(the audit CLI's ``--match`` gives the equivalence).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Dict, Iterable, Mapping
+
+# The plugin's names and ESPnet's for the same thing at inference.
+STOCK_NAMES = {
+    "frontend": {"dynres": "default"},
+    "specaug": {"dynres": "specaug"},
+    "model": {"dynres": "espnet", "token_normalized": "espnet"},
+    "batch_type": {"dynres": "numel"},
+    "valid_batch_type": {"dynres": "numel"},
+}
+# Keys only the plugin's parser and classes know (its sampler options, its model's re-estimate).
+PLUGIN_ONLY_KEYS = ("oversized", "batch_fill", "shuffle_jitter")
+PLUGIN_ONLY_MODEL_CONF = ("batchnorm_restat_utts",)
+
+
+def _keywords(cls: type) -> set:
+    return {p for p in inspect.signature(cls.__init__).parameters if p != "self"}
+
+
+def _kept(conf: Mapping, keys: Iterable[str]) -> Dict:
+    keys = set(keys)
+    return {k: v for k, v in (conf or {}).items() if k in keys}
+
+
+def stock_espnet_config(config: Mapping) -> Dict:
+    """``config`` (a training run's ``config.yaml`` as a dict) with ESPnet's names only.
+
+    * ``frontend: dynres`` → ``default``, ``frontend_conf`` reduced to ``DefaultFrontend``'s keys
+      (the rate clamp, ``method`` and the other dynres keys go);
+    * ``specaug: dynres`` → ``specaug`` with ESPnet ``SpecAug``'s keys;
+    * ``model: dynres`` / ``token_normalized`` → ``espnet``, without ``batchnorm_restat_utts``;
+    * ``batch_type`` / ``valid_batch_type`` ``dynres`` → ``numel``; the sampler options
+      ``oversized``, ``batch_fill``, ``shuffle_jitter`` are removed.
+
+    A stock config comes back unchanged (a copy).
+
+    Raises:
+        ValueError: ``config`` is not a mapping with a ``model`` key (not a training config).
+    """
+    from espnet2.asr.frontend.default import DefaultFrontend
+    from espnet2.asr.specaug.specaug import SpecAug
+
+    if not isinstance(config, Mapping) or "model" not in config:
+        raise ValueError("expected a training run's config.yaml (a mapping with a 'model' key)")
+    out = copy.deepcopy(dict(config))
+    for key, names in STOCK_NAMES.items():
+        if out.get(key) in names:
+            out[key] = names[out[key]]
+    if config.get("frontend") == "dynres":
+        out["frontend_conf"] = _kept(config.get("frontend_conf"), _keywords(DefaultFrontend))
+    if config.get("specaug") == "dynres":
+        out["specaug_conf"] = _kept(config.get("specaug_conf"), _keywords(SpecAug))
+    if "model_conf" in out and out["model_conf"]:
+        out["model_conf"] = {k: v for k, v in out["model_conf"].items() if k not in PLUGIN_ONLY_MODEL_CONF}
+    for key in PLUGIN_ONLY_KEYS:
+        out.pop(key, None)
+    return out
