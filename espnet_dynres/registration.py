@@ -98,12 +98,25 @@ SAMPLER_ARGUMENTS = {
 }
 
 
+# ESPnet's batch-size bounds, which ESPnet's parser has from release 202509 on; added with the same
+# meaning and defaults where an older release lacks them, so the dynres sampler reads them on every
+# supported release.
+BATCH_SIZE_ARGUMENTS = {
+    "max_batch_size": dict(type=int, default=None, help="batch_type dynres: most utterances per batch"),
+    "min_batch_size": dict(type=int, default=1, help="batch_type dynres: fewest utterances per batch"),
+}
+
+
 def add_task_arguments(cls, parser: argparse.ArgumentParser) -> None:
-    """ESPnet's ASR task arguments plus the dynres sampler's (:data:`SAMPLER_ARGUMENTS`)."""
+    """ESPnet's ASR task arguments plus the dynres sampler's (:data:`SAMPLER_ARGUMENTS`, and
+    :data:`BATCH_SIZE_ARGUMENTS` where the installed ESPnet has none)."""
     _ORIGINAL_ADD_TASK_ARGUMENTS(cls, parser)
     group = parser.add_argument_group("espnet_dynres: batch_type dynres")
     for name, options in SAMPLER_ARGUMENTS.items():
         group.add_argument(f"--{name}", **options)
+    for name, options in BATCH_SIZE_ARGUMENTS.items():
+        if f"--{name}" not in parser._option_string_actions:  # argparse's table of option strings
+            group.add_argument(f"--{name}", **options)
 
 
 def check_sampler_arguments(args: argparse.Namespace) -> None:
@@ -298,7 +311,7 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
         batch_bins=iter_options.batch_bins,
         shape_files=iter_options.shape_files,
         policy=policy_from_args(args),
-        min_batch_size=world_size if distributed else args.min_batch_size,
+        min_batch_size=world_size if distributed else getattr(args, "min_batch_size", 1),
         max_batch_size=getattr(args, "max_batch_size", None),
         sort_in_batch=args.sort_in_batch,
         sort_batch=args.sort_batch,
