@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 bash install.sh
 cd egs2/fsdd_digits/asr1
-exec ./run.sh "$@"
+exec ./run.sh --results_readme README.md "$@"

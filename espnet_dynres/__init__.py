@@ -1,7 +1,8 @@
 """espnet_dynres: dynamic-resolution batching and a token-normalized loss for ESPnet2 ASR.
 
-Importing this package registers ``frontend: dynres``, ``model: token_normalized``
-and ``batch_type: dynres`` with ESPnet's ASR task (see :mod:`espnet_dynres.registration`).
+Importing this package registers five names with ESPnet's ASR task: ``frontend: dynres``,
+``specaug: dynres``, ``model: dynres``, ``model: token_normalized`` and ``batch_type: dynres``
+(see :mod:`espnet_dynres.registration`).
 """
 
 from espnet_dynres.registration import register

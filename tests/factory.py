@@ -40,7 +40,10 @@ RECIPE_FRONTEND = dict(n_fft=512, win_length=400, hop_length=160)
 def fsdd_files(count: int, start: int = 0) -> List[Path]:
     files = sorted(FSDD_DIR.glob("*.wav"))
     if len(files) < start + count:
-        raise FileNotFoundError(f"need {start + count} FSDD recordings under {FSDD_DIR}, found {len(files)}")
+        raise FileNotFoundError(
+            f"need {start + count} FSDD recordings under {FSDD_DIR}, found {len(files)}: this test reads the shared "
+            "FSDD recordings (3,000 WAV files), expected in ../shared/data/fsdd/recordings beside the repository"
+        )
     return files[start : start + count]
 
 

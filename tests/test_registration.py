@@ -56,3 +56,23 @@ def test_build_model_suggests_the_closest_key_for_a_conf_typo():
         ASRTask.build_model(tiny_asr_args(frontend_conf={"n_mel": 20}))
     with pytest.raises(TypeError, match="did you mean .ctc_weight."):
         ASRTask.build_model(tiny_asr_args(model_conf={"ctc_wieght": 0.3}))
+
+
+def test_the_package_docstring_and_the_docs_name_exactly_the_registered_names():
+    """Every place that lists what ``import espnet_dynres`` registers names all of them, no more."""
+    import re
+
+    import espnet_dynres
+    from espnet_dynres import registration
+    from factory import REPO_ROOT
+
+    registered = {("frontend", k) for k in registration.FRONTENDS} | {("specaug", k) for k in registration.SPECAUGS} \
+        | {("model", k) for k in registration.MODELS} | {("batch_type", k) for k in registration.BATCH_TYPE_DOCS}
+    assert len(registered) == 5
+    doc = espnet_dynres.__doc__
+    assert "five names" in doc
+    named = set(re.findall(r"``(frontend|specaug|model|batch_type): (\w+)``", doc))
+    assert named == registered
+    for path in ("README.md", "docs/asr_sh.md"):
+        text = (REPO_ROOT / path).read_text()
+        assert "five names" in text and not re.search(r"\b(three|four|six) names\b", text), path

@@ -91,6 +91,7 @@ def test_accuracy_metric_targets_the_maximum():
     assert tta.first_reaching([float("nan"), 0.2], 0.2, "min") == 1
 
 
+@pytest.mark.slow
 def test_two_arms_through_the_recipe_end_to_end(tmp_path):
     """Stages 1-10 on a small subset, then the benchmark trains a dynres and a numel arm (1 epoch each),
     decodes them and writes the table, JSON and PNG."""
@@ -141,6 +142,7 @@ def test_two_arms_through_the_recipe_end_to_end(tmp_path):
         assert phases["audio_sec_per_step"] > 0
 
 
+@pytest.mark.slow
 def test_gpu_script_time_to_accuracy_mode_dry_run(tmp_path):
     """benchmarks/run_gpu_benchmark.sh --mode time_to_accuracy: the GPU command's code paths on CPU, tiny sizes."""
     script = REPO_ROOT / "benchmarks" / "run_gpu_benchmark.sh"

@@ -9,9 +9,12 @@ import re
 import subprocess
 import zipfile
 
+import pytest
+
 from factory import RECIPE_DIR
 
 
+@pytest.mark.slow
 def test_all_stages_on_a_small_subset(tmp_path):
     cmd = [
         "bash", str(RECIPE_DIR / "run.sh"),

@@ -10,7 +10,8 @@
 #     --asr_config FILE --inference_config FILE --asr_args "..." --inference_args "..." \
 #     --expdir DIR --dumpdir DIR [--datadir DIR --asr_tag TAG --token_type word|char|bpe --nbpe N
 #     --fs 16k --num_train N --num_dev N --num_test N --seed N --inference_nj N
-#     --min_wav_duration SEC --max_wav_duration SEC --inference_asr_model NAME --fsdd_dir DIR]
+#     --min_wav_duration SEC --max_wav_duration SEC --inference_asr_model NAME --fsdd_dir DIR
+#     --results_readme FILE]
 set -euo pipefail
 
 stage=1
@@ -38,8 +39,9 @@ max_wav_duration=40
 inference_asr_model=valid.acc.ave.pth
 fsdd_dir=../../../../shared/data/fsdd/recordings
 python=python
+results_readme=""   # e.g. README.md: stage 13 also writes this experiment's RESULTS section there
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -207,6 +209,9 @@ if [ "${stage}" -le 13 ] && [ "${stop_stage}" -ge 13 ]; then
             --utt2dur "${datadir}/${dset}/utt2dur" --out_dir "${_dir}/score" --name "${dset}"
         log "  details: ${_dir}/score/result.txt, per utterance: ${_dir}/score/per_utt.tsv"
     done
+    ${python} local/write_results.py --exp "${asr_exp}" --decode_dir "${asr_exp}/${inference_tag}" \
+        --sets ${test_sets} ${results_readme:+--readme "${results_readme}"} > /dev/null
+    log "  RESULTS (ESPnet's format): ${asr_exp}/RESULTS.md${results_readme:+ and ${results_readme}}"
 fi
 
 if [ "${stage}" -le 15 ] && [ "${stop_stage}" -ge 15 ]; then
