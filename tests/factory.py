@@ -156,6 +156,11 @@ def write_data_dir(out_dir: Path, count: int, start: int = 0, concat: int = 1, f
         rows["utt2num_samples"].append(f"{utt} {len(wav)}")
         rows["speech_shape"].append(f"{utt} {len(wav)}")
         rows["text_shape.word"].append(f"{utt} {len(words)},{len(TOKENS)}")
+    return write_rows(out_dir, rows)
+
+
+def write_rows(out_dir: Path, rows: dict) -> Path:
+    """Write each Kaldi-style file of ``rows`` (file name -> lines) and the word ``tokens.txt``."""
     for name, lines in rows.items():
         (out_dir / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     (out_dir / "tokens.txt").write_text("".join(t + "\n" for t in TOKENS), encoding="utf-8")
@@ -210,3 +215,16 @@ def task_args(data_dir: Path, *argv: str, output_dir: str = "/tmp/unused") -> ar
                 "--use_preprocessor", "true", "--num_workers", "0", "--batch_type", "dynres", "--frontend", "dynres",
                 "--model", "token_normalized", "--grad_clip", "1"] + conf + list(argv)
     )
+
+
+def training_data_args(train_dir: Path, valid_dir: Path, speech: str = "wav.scp,speech,sound") -> List[str]:
+    """ESPnet's training arguments for the data dirs of :func:`write_data_dir` (or a feature dir):
+    word tokens, the preprocessor, ``speech`` (file in the dir, name, type) and text for train and
+    valid, and both shape files of each."""
+    file, name_and_type = speech.split(",", 1)
+    args = ["--use_preprocessor", "true", "--token_type", "word", "--token_list", str(train_dir / "tokens.txt")]
+    for split, d in (("train", train_dir), ("valid", valid_dir)):
+        args += [f"--{split}_data_path_and_name_and_type", f"{d / file},{name_and_type}",
+                 f"--{split}_data_path_and_name_and_type", f"{d / 'text'},text,text",
+                 f"--{split}_shape_file", str(d / "speech_shape"), f"--{split}_shape_file", str(d / "text_shape.word")]
+    return args

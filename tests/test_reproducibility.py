@@ -20,7 +20,7 @@ import yaml
 
 from espnet2.tasks.asr import ASRTask
 from espnet2.train.distributed_utils import DistributedOption
-from factory import REPO_ROOT, write_data_dir
+from factory import REPO_ROOT, training_data_args, write_data_dir
 
 CONFIG = REPO_ROOT / "conf" / "train_asr_conformer_dynres_ci.yaml"
 NUM_TRAIN = 8
@@ -41,13 +41,7 @@ def train(data: Dict[str, Path], out_dir: Path, *extra: str) -> Path:
     ASRTask.main(
         cmd=[
             "--config", str(CONFIG), "--output_dir", str(out_dir), "--ngpu", "0", "--num_workers", "0",
-            "--use_preprocessor", "true", "--token_type", "word", "--token_list", str(train_dir / "tokens.txt"),
-            "--train_data_path_and_name_and_type", f"{train_dir / 'wav.scp'},speech,sound",
-            "--train_data_path_and_name_and_type", f"{train_dir / 'text'},text,text",
-            "--valid_data_path_and_name_and_type", f"{valid_dir / 'wav.scp'},speech,sound",
-            "--valid_data_path_and_name_and_type", f"{valid_dir / 'text'},text,text",
-            "--train_shape_file", str(train_dir / "speech_shape"), "--train_shape_file", str(train_dir / "text_shape.word"),
-            "--valid_shape_file", str(valid_dir / "speech_shape"), "--valid_shape_file", str(valid_dir / "text_shape.word"),
+            *training_data_args(train_dir, valid_dir),
             "--frontend_conf", "fs=16k", "--batch_bins", str(BATCH_BINS), "--log_interval", "1",
             "--use_tensorboard", "false", "--keep_nbest_models", "10", *extra,
         ]

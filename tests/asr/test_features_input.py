@@ -15,7 +15,10 @@ import yaml
 
 from espnet2.tasks.asr import ASRTask
 from espnet_dynres.asr.batchnorm_restat import RestatBudget
-from factory import REPO_ROOT, DIGIT_WORDS, TOKENS, build_tiny_model, fsdd_files, random_text, real_utterances
+from factory import (
+    DIGIT_WORDS, REPO_ROOT, TOKENS, build_tiny_model, fsdd_files, random_text, real_utterances, training_data_args,
+    write_rows,
+)
 
 CI_CONFIG = REPO_ROOT / "conf" / "train_asr_conformer_dynres_ci.yaml"
 
@@ -89,10 +92,7 @@ def write_feature_dir(out_dir: Path, count: int, start: int) -> Path:
             rows["text"].append(f"{utt} {DIGIT_WORDS[int(f.name.split('_')[0])]}")
             rows["speech_shape"].append(f"{utt} {feats.shape[0]},{FEAT_DIM}")
             rows["text_shape.word"].append(f"{utt} 1,{len(TOKENS)}")
-    for name, lines in rows.items():
-        (out_dir / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    (out_dir / "tokens.txt").write_text("".join(t + "\n" for t in TOKENS), encoding="utf-8")
-    return out_dir
+    return write_rows(out_dir, rows)
 
 
 def train_on_features(tmp_path: Path, *extra: str) -> Path:
@@ -102,13 +102,7 @@ def train_on_features(tmp_path: Path, *extra: str) -> Path:
         "--config", str(CI_CONFIG), "--output_dir", str(out), "--ngpu", "0", "--num_workers", "0",
         "--input_size", str(FEAT_DIM), "--batch_type", "numel", "--batch_bins", str(40 * FEAT_DIM * 3),
         "--specaug", "none", "--normalize", "none",
-        "--use_preprocessor", "true", "--token_type", "word", "--token_list", str(train / "tokens.txt"),
-        "--train_data_path_and_name_and_type", f"{train / 'feats.scp'},speech,kaldi_ark",
-        "--train_data_path_and_name_and_type", f"{train / 'text'},text,text",
-        "--valid_data_path_and_name_and_type", f"{valid / 'feats.scp'},speech,kaldi_ark",
-        "--valid_data_path_and_name_and_type", f"{valid / 'text'},text,text",
-        "--train_shape_file", str(train / "speech_shape"), "--train_shape_file", str(train / "text_shape.word"),
-        "--valid_shape_file", str(valid / "speech_shape"), "--valid_shape_file", str(valid / "text_shape.word"),
+        *training_data_args(train, valid, speech="feats.scp,speech,kaldi_ark"),
         "--use_tensorboard", "false", *extra,
     ])  # fmt: skip
     return out
