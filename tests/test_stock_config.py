@@ -99,3 +99,27 @@ def test_without_the_plugin_the_original_config_fails_as_troubleshooting_says(tm
                           text=True, timeout=600)
     assert done.returncode != 0 and "must be one of" in done.stderr and "dynres" in done.stderr
     assert "must be one of" in (REPO_ROOT / "docs" / "troubleshooting.md").read_text()
+
+
+def test_espnets_inference_command_decodes_the_exported_config_as_the_plugins_command(tmp_path):
+    """``python -m espnet2.bin.asr_inference`` (stock, no plugin) with the exported config writes the
+    same 1-best texts and scores as ``python -m espnet_dynres.bin.asr_inference`` with the original."""
+    from espnet_dynres.bin import export_espnet_config
+
+    config, weights = write_tiny_asr_model(tmp_path / "exp", seed=5, model="token_normalized", token_type="word")
+    wavs = [write_wav(tmp_path / "wav" / f"u{i}.wav", w) for i, w in enumerate(real_utterances(3, concat=2, start=980))]
+    scp = tmp_path / "wav.scp"
+    scp.write_text("".join(f"u{i} {w}\n" for i, w in enumerate(wavs)))
+    export_espnet_config.main(["--exp_dir", str(config.parent)])
+    outputs = {}
+    for module, cfg in (("espnet_dynres.bin.asr_inference", config),
+                        ("espnet2.bin.asr_inference", config.parent / "config_espnet.yaml")):
+        out = tmp_path / module
+        cmd = [sys.executable, "-m", module, "--asr_train_config", str(cfg), "--asr_model_file", str(weights),
+               "--data_path_and_name_and_type", f"{scp},speech,sound", "--output_dir", str(out), "--ngpu", "0",
+               "--beam_size", "2", "--ctc_weight", "0.3", "--nbest", "1"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs[module] = {name: (out / "1best_recog" / name).read_text() for name in ("text", "score", "token_int")}
+    stock, plugin = outputs["espnet2.bin.asr_inference"], outputs["espnet_dynres.bin.asr_inference"]
+    assert stock == plugin and len(stock["score"].splitlines()) == 3

@@ -108,13 +108,14 @@ def train_on_features(tmp_path: Path, *extra: str) -> Path:
     return out
 
 
-def test_asr_task_trains_validates_and_decodes_extracted_features(tmp_path, caplog):
-    """``--input_size`` with Kaldi features: ESPnet builds no frontend; model token_normalized with a
-    Conformer (BatchNorm) trains an epoch, validates after the re-estimate, and decodes."""
+@pytest.mark.parametrize("model_name", ["token_normalized", "dynres"])
+def test_asr_task_trains_validates_and_decodes_extracted_features(tmp_path, caplog, model_name):
+    """``--input_size`` with Kaldi features: ESPnet builds no frontend; both models with a Conformer
+    (BatchNorm) train an epoch, validate after the re-estimate, and decode."""
     from espnet2.bin.asr_inference import Speech2Text
 
-    with caplog.at_level("INFO"):
-        out = train_on_features(tmp_path, "--frontend", "default")  # ESPnet drops it: input_size is set
+    with caplog.at_level("INFO"):  # ESPnet drops --frontend: input_size is set
+        out = train_on_features(tmp_path, "--frontend", "default", "--model", model_name)
     assert "BatchNorm statistics of 1 layers re-estimated" in caplog.text
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert config["frontend"] is None and config["input_size"] == FEAT_DIM
