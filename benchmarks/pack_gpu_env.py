@@ -5,7 +5,7 @@ Run here, with the repository's venv (network only for the few compiled wheels):
 
     .venv/bin/python benchmarks/pack_gpu_env.py          # -> .gpu_carry/{site.tar.gz,fsdd/recordings}
 
-A device machine (``nvidia-h200``, see /work/.library/device/KINDS.md) has Python 3.12
+A GPU machine without network access that has Python 3.12
 with torch, torchaudio, numpy, scipy, sentencepiece, ... but no ESPnet, and no network.
 This script:
 

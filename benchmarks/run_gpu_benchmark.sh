@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmark of issue #7 in one command: dynres vs the numel baseline, short
+# The GPU benchmark in one command: dynres vs the numel baseline, short
 # training of conf/train_asr_conformer_dynres.yaml with bf16 autocast (about 5 min on
 # one H200; needs no network).  Extra arguments go to benchmarks/gpu_benchmark.py.
 #

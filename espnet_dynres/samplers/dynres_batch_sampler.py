@@ -109,11 +109,9 @@ class DynResBatchSampler(AbsSampler):
     is lowered to ``batch_bins // B``, which must stay inside every member's
     clamp and CTC minimum (the budget still holds).  ESPnet's ``numel`` sampler
     closes a batch only *after* it exceeds its budget; closing always below
-    leaves the steps before a long utterance up to half empty (recipe, audit
-    CLI: 5th percentile of audio per step 52.7 s, ``numel`` 60.5 s,
-    ``"nearest"`` at ``batch_bins`` 6,700: 59.6 s with a mean rate of 99.3 Hz).
-    Over ten seeds it did not train faster than ``"below"`` (docs/benchmarks.md),
-    so it is an option, not the default.  A batch is only closed once it
+    can leave the steps before a long utterance up to half empty, which
+    ``"nearest"`` fills (measured in docs/benchmarks.md, where it did not train
+    faster, so it is an option, not the default).  A batch is only closed once it
     holds ``min_batch_size`` utterances (ESPnet passes the world size under
     DDP); the last ``< min_batch_size`` utterances of an epoch take utterances
     from the batch before so that both keep ``min_batch_size``.  Such forced

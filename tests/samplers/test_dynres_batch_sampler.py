@@ -121,7 +121,7 @@ def test_validation_batches_are_fixed_and_sorted(tmp_path):
 
 
 def test_validation_batches_keep_the_budget_at_their_padded_standard_rate_cost(tmp_path):
-    # 400 lognormal durations (median 3 s), batch_bins 3000 (issue 13: 1.32x over before).
+    # 400 lognormal durations (median 3 s), batch_bins 3000 (1.32x over the budget before the fix).
     import numpy as np
 
     durations = np.exp(np.random.default_rng(0).normal(np.log(3.0), 0.8, 400)).clip(0.2, 25.0).tolist()
@@ -239,7 +239,7 @@ def test_ddp_budget_holds_unless_an_utterance_cannot_meet_its_share(tmp_path, du
             assert max(frames) == worst  # and then at the lowest cost the rules allow
 
 
-def test_issue_13_ddp_example_is_computed_at_the_lowest_rates(tmp_path, caplog):
+def test_a_ddp_forced_long_batch_is_computed_at_the_lowest_rates(tmp_path, caplog):
     durations = [7.1, 223.1, 33.9, 39.3]
     sampler, utt2samples = build(tmp_path, durations, batch_bins=12000, min_batch_size=2)
     with caplog.at_level("WARNING"):

@@ -20,9 +20,6 @@ from espnet_dynres import input_checks
 from espnet_dynres.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
-# Omitted target_frame_rate_hz = the standard rate (each batch gets its mean standard frame count). 80 and 90 Hz
-# were measured against it on the recipe (docs/benchmarks.md, "Time to accuracy"): 0.78x / 0.88x the time per
-# epoch, but at 80 Hz the CTC branch, decoded at 100 Hz, converged later in both seeds; so the default stays.
 FILTERBANKS = ("original", "resampled")
 # DefaultFrontend's options that a config carried over from ``frontend: default`` may set, and the one
 # value the dynres frontend computes with (it always frames with centred windows, unnormalised, one-sided
@@ -331,7 +328,7 @@ class DynResFrontend(AbsFrontend):
             f"speech_lengths must be (B,)={input.size(0)}, got {tuple(input_lengths.shape)}"
         )
         # NaN/inf samples are refused; short inputs (even 0 samples) are reflected/zero-padded as
-        # DefaultFrontend does, so decoding writes a hypothesis for every utterance (issue #3).
+        # DefaultFrontend does, so decoding writes a hypothesis for every utterance.
         input_checks.check_speech_batch(input, input_lengths, min_samples=0)
         fallback = False
         if self.is_dynamic():
