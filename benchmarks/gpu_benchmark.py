@@ -67,6 +67,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -555,7 +556,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu")
     ap.add_argument("--dry_run", action="store_true", help="tiny model, data and step counts: checks the code paths")
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the dynres training YAML")
-    ap.add_argument("--work_dir", type=Path, default=Path("/tmp/gpu_benchmark"), help="data, shape files, results")
+    ap.add_argument("--work_dir", type=Path, default=Path(tempfile.gettempdir()) / "gpu_benchmark", help="data, shape files, results")
     ap.add_argument("--out_dir", type=Path, default=None, help="where the JSON and Markdown go (default WORK_DIR/results)")
     ap.add_argument("--fsdd_dir", type=Path, default=REPO.parent / "shared" / "data" / "fsdd" / "recordings")
     ap.add_argument("--dump_dir", type=Path, default=None, help="an existing recipe dump (dump/raw) instead of stages 1-5")

@@ -27,6 +27,7 @@ import argparse
 import json
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def decode(args) -> dict:
     if args.asr_train_config:
         config, weights = args.asr_train_config, args.asr_model_file
     else:
-        config, weights = write_tiny_asr_model(Path("/tmp/long_form_memory_model"), token_type="word")
+        config, weights = write_tiny_asr_model(Path(tempfile.mkdtemp()) / "model", token_type="word")
     speech = long_audio(args.minutes)
     s2t = Speech2Text(asr_train_config=config, asr_model_file=weights, beam_size=2, ctc_weight=0.3,
                       maxlenratio=-float(args.max_tokens),  # < 0: a fixed bound (an untrained decoder never ends)

@@ -30,6 +30,7 @@ import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -90,7 +91,7 @@ def build_model(config: Path, tokens: List[str]):
     from espnet2.tasks.asr import ASRTask
 
     conf = yaml.safe_load(config.read_text(encoding="utf-8"))
-    args = ASRTask.get_parser().parse_args(["--token_list", "none", "--output_dir", "/tmp/unused"])
+    args = ASRTask.get_parser().parse_args(["--token_list", "none", "--output_dir", "unused"])  # nothing is written
     for key, value in conf.items():
         setattr(args, key, value)
     args.token_list, args.input_size = tokens, None
@@ -124,12 +125,12 @@ def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[s
         utts = read_dir(valid_dir)
         model.eval()
         lengths = {u: w.numel() for u, w, _ in utts}
-        tmp = Path(f"/tmp/restat_cost_shape_{id(utts)}")
-        tmp.write_text("".join(f"{u} {n}\n" for u, n in lengths.items()))
         budget = getattr(args, "valid_batch_bins", None) or args.batch_bins
-        sampler = DynResBatchSampler(batch_bins=int(budget), shape_files=[str(tmp)], policy=model.frontend.policy,
-                                     shuffle=False)
-        tmp.unlink()
+        with tempfile.TemporaryDirectory() as tmp:
+            shape = Path(tmp) / "speech_shape"
+            shape.write_text("".join(f"{u} {n}\n" for u, n in lengths.items()))
+            sampler = DynResBatchSampler(batch_bins=int(budget), shape_files=[str(shape)],
+                                         policy=model.frontend.policy, shuffle=False)
         by_id = {u: (w, t) for u, w, t in utts}
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         start = time.perf_counter()

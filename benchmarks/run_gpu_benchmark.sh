@@ -14,7 +14,7 @@
 #   bash benchmarks/run_gpu_benchmark.sh --mode time_to_accuracy --device cpu --dry_run   # tiny, on CPU
 #
 # Results: gpu_benchmark.{json,md} and gpu_benchmark.log in $OUT when set (the device
-# tool's output folder), else in /tmp/gpu_benchmark/results.
+# tool's output folder), else in gpu_benchmark/results of the system temp dir.
 #
 # Python environment, first that works:
 #   1. the repository's .venv (install.sh), if it imports torch;
@@ -96,7 +96,7 @@ for cand in "${fsdd}" "${repo}/../shared/data/fsdd/recordings" "${repo}/.gpu_car
 done
 ls "${fsdd}"/*.wav >/dev/null 2>&1 || die "no FSDD recordings: set FSDD_DIR, or carry .gpu_carry (benchmarks/pack_gpu_env.py copies them)."
 
-out=${OUT:-/tmp/gpu_benchmark/results}
+out=${OUT:-${TMPDIR:-/tmp}/gpu_benchmark/results}
 mkdir -p "${out}"
 echo "run_gpu_benchmark: environment: ${env_note}; FSDD: ${fsdd}; results: ${out}"
 set -o pipefail

@@ -4,7 +4,7 @@
 Usage::
 
     python benchmarks/sampler_benchmark.py [--num_utts 100000] [--build_utts 1000000]
-        [--out_dir /tmp/sampler_benchmark] [--samplers numel length folded sorted lhotse dynres]
+        [--out_dir DIR (default: sampler_benchmark in the system temp dir)] [--samplers numel length folded sorted lhotse dynres]
 
 Samplers: ESPnet's ``numel``, ``length``, ``folded``, ``sorted`` (built with
 ``espnet2.samplers.build_batch_sampler``), lhotse's ``DynamicBucketingSampler``
@@ -48,6 +48,7 @@ import gc
 import json
 import os
 import platform
+import tempfile
 import sys
 import time
 import warnings
@@ -203,7 +204,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--num_utts", type=int, default=100000, help="utterances per synthetic corpus")
     ap.add_argument("--build_utts", type=int, default=1000000, help="utterances for the build-time runs (0: skip)")
-    ap.add_argument("--out_dir", default="/tmp/sampler_benchmark")
+    ap.add_argument("--out_dir", default=os.path.join(tempfile.gettempdir(), "sampler_benchmark"))
     ap.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
     ap.add_argument("--corpora", nargs="+", default=list(BUDGET_FRAMES), choices=list(BUDGET_FRAMES))
     args = ap.parse_args()

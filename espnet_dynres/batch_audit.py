@@ -581,7 +581,7 @@ def numel_sized_budget(sampler, shape_files: Sequence[str], epoch: int = 1) -> O
     batches = sampler.batches_for_epoch(epoch)
     utt_frames = sampler.utt_frames_for_epoch(epoch)
     fullest = max(len(b) * (t if t is not None else max(f)) for b, t, f in zip(batches, frames, utt_frames))
-    median_samples = float(np.median(sampler._samples_arr))
+    median_samples = float(np.median(np.fromiter(sampler.utt2samples.values(), dtype=np.int64)))
     if fullest >= 0.5 * sampler.batch_bins or sampler.batch_bins < median_samples:
         return None
     fs = sampler.policy.fs

@@ -544,6 +544,13 @@ def plugin_switches_on(args: argparse.Namespace) -> List[str]:
 
 
 RAW_AUDIO_TYPES = ("sound", "multi_columns_sound", "variable_columns_sound", "sound_with_rate")
+# The switches that compute features from raw audio at a per-utterance frame rate.
+RAW_AUDIO_SWITCHES = ("batch_type", "valid_batch_type", "frontend")
+
+
+def dynres_switches(args: argparse.Namespace, keys: Sequence[str] = RAW_AUDIO_SWITCHES) -> List[str]:
+    """Those of ``keys`` set to ``dynres`` in ``args``, as ``["batch_type: dynres", ...]`` (for messages)."""
+    return [f"{key}: dynres" for key in keys if getattr(args, key, None) == "dynres"]
 
 
 def check_raw_audio_data(args: argparse.Namespace, data_files: Sequence[Tuple[str, str, str]]) -> None:
@@ -557,8 +564,7 @@ def check_raw_audio_data(args: argparse.Namespace, data_files: Sequence[Tuple[st
         ValueError: the ``speech`` entry has a feature type (``kaldi_ark``, ``npy``, ...): names
             the file, its type and the fixes.
     """
-    switches = [f"{key}: dynres" for key in ("frontend", "batch_type", "valid_batch_type")
-                if getattr(args, key, None) == "dynres"]
+    switches = dynres_switches(args)
     if not switches:
         return
     for path, name, kind in data_files:

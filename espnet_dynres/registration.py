@@ -37,6 +37,7 @@ ESPnet's own method.  ``batch_type``, ``frontend`` and ``specaug`` ``dynres`` ne
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 
 from typing import Dict, Optional
@@ -170,8 +171,7 @@ def check_raw_audio_switches(args: argparse.Namespace) -> None:
     input_size = getattr(args, "input_size", None)
     if input_size is None:
         return
-    switches = [f"{key}: dynres" for key in ("batch_type", "valid_batch_type", "frontend")
-                if getattr(args, key, None) == "dynres"]
+    switches = input_checks.dynres_switches(args)
     if switches:
         raise ValueError(
             f"{', '.join(switches)} computes features at a per-utterance frame rate from raw audio, but "
@@ -193,7 +193,7 @@ def check_model(args: argparse.Namespace) -> None:
     Raises:
         ValueError: naming the switches and the two models to choose from.
     """
-    switches = [f"{key}: dynres" for key in ("batch_type", "frontend", "specaug") if getattr(args, key, None) == "dynres"]
+    switches = input_checks.dynres_switches(args, ("batch_type", "frontend", "specaug"))
     name = getattr(args, "model", None)
     if not switches or name is None:
         return
@@ -373,8 +373,6 @@ def record_effective_options(args: argparse.Namespace, model: torch.nn.Module) -
     the dynres frontend's own keys (the rate clamp from its :class:`FrameRatePolicy`, ``method``,
     ``resample_*``) and ``model_conf.batchnorm_restat_utts``.  An omitted option is then recorded
     as the value used, so a run stays reproducible from its config if a default changes."""
-    import inspect
-
     if "dynres" in (getattr(args, "batch_type", None), getattr(args, "valid_batch_type", None)):
         defaults = inspect.signature(DynResBatchSampler.__init__).parameters
         for name in SAMPLER_ARGUMENTS:

@@ -16,8 +16,9 @@ It is an *inference* config: under ``batch_type: numel`` the ``batch_bins`` of a
 from __future__ import annotations
 
 import copy
-import inspect
 from typing import Dict, Iterable, Mapping
+
+from espnet_dynres.input_checks import accepted_keywords
 
 # The plugin's names and ESPnet's for the same thing at inference.
 STOCK_NAMES = {
@@ -30,10 +31,6 @@ STOCK_NAMES = {
 # Keys only the plugin's parser and classes know (its sampler options, its model's re-estimate).
 PLUGIN_ONLY_KEYS = ("oversized", "batch_fill", "shuffle_jitter")
 PLUGIN_ONLY_MODEL_CONF = ("batchnorm_restat_utts",)
-
-
-def _keywords(cls: type) -> set:
-    return {p for p in inspect.signature(cls.__init__).parameters if p != "self"}
 
 
 def _kept(conf: Mapping, keys: Iterable[str]) -> Dict:
@@ -66,9 +63,9 @@ def stock_espnet_config(config: Mapping) -> Dict:
         if out.get(key) in names:
             out[key] = names[out[key]]
     if config.get("frontend") == "dynres":
-        out["frontend_conf"] = _kept(config.get("frontend_conf"), _keywords(DefaultFrontend))
+        out["frontend_conf"] = _kept(config.get("frontend_conf"), accepted_keywords(DefaultFrontend))
     if config.get("specaug") == "dynres":
-        out["specaug_conf"] = _kept(config.get("specaug_conf"), _keywords(SpecAug))
+        out["specaug_conf"] = _kept(config.get("specaug_conf"), accepted_keywords(SpecAug))
     if "model_conf" in out and out["model_conf"]:
         out["model_conf"] = {k: v for k, v in out["model_conf"].items() if k not in PLUGIN_ONLY_MODEL_CONF}
     for key in PLUGIN_ONLY_KEYS:

@@ -83,7 +83,7 @@ def tiny_asr_args(**overrides) -> argparse.Namespace:
     from espnet2.tasks.asr import ASRTask
 
     parser = ASRTask.get_parser()
-    args = parser.parse_args(["--token_list", "none", "--output_dir", "/tmp/unused"])
+    args = parser.parse_args(["--token_list", "none", "--output_dir", "unused"])  # nothing is written
     args.token_list = list(TOKENS)
     args.input_size = None
     args.frontend = "dynres"
@@ -198,7 +198,7 @@ def deterministic_model_overrides(**model_conf) -> dict:
     )
 
 
-def task_args(data_dir: Path, *argv: str, output_dir: str = "/tmp/unused") -> argparse.Namespace:
+def task_args(data_dir: Path, *argv: str, output_dir: str = "unused") -> argparse.Namespace:
     """ESPnet's parsed ASR arguments for ``data_dir`` (from :func:`write_data_dir`) as train and
     valid set, the recipe's dynres switches and frontend settings, then ``argv`` (later wins)."""
     from espnet2.tasks.asr import ASRTask

@@ -25,7 +25,7 @@ Usage:
     python benchmarks/loss_normalization/analyze_runs.py \\
         --espnet_dir egs2/fsdd_digits/asr1/exp/lossnorm_mixed/asr_train_asr_conformer_numel_espnet_cpu \\
         --token_normalized_dir egs2/fsdd_digits/asr1/exp/lossnorm_mixed/asr_train_asr_conformer_numel_token_normalized_cpu \\
-        --ctc_weight 0.3 --figure docs/figures/loss_normalization_mixed_length.png --json /tmp/lossnorm_summary.json
+        --ctc_weight 0.3 --figure docs/figures/loss_normalization_mixed_length.png --json lossnorm_summary.json
 """
 
 from __future__ import annotations

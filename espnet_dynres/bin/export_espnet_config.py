@@ -10,7 +10,7 @@ packs the model with this config.
 Examples::
 
     python -m espnet_dynres.bin.export_espnet_config --exp_dir exp/asr_train_asr_conformer_dynres_cpu
-    python -m espnet_dynres.bin.export_espnet_config --config exp/x/config.yaml --out /tmp/config_espnet.yaml
+    python -m espnet_dynres.bin.export_espnet_config --config exp/x/config.yaml --out config_espnet.yaml
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ Usage (from the recipe directory egs2/fsdd_digits/asr1):
 
     python local/data_prep.py                        # defaults: 1500/150/150 utterances into data/
     python local/data_prep.py --seed 1 --out_dir data_seed1
-    python local/data_prep.py --num_train 12 --num_dev 4 --num_test 4 --out_dir /tmp/tiny
+    python local/data_prep.py --num_train 12 --num_dev 4 --num_test 4 --out_dir data_tiny
     python local/data_prep.py --no_audio             # plan only: text, utt2dur, ... (no wav, no wav.scp)
 """
 
