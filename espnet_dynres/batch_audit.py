@@ -513,7 +513,12 @@ def build_batches(
 
 # ------------------------------------------------------------ budgets
 def mean_audio_per_batch_sec(batches: Sequence[Sequence[str]], utt2samples: Dict[str, int], fs_hz: int) -> float:
-    """Mean seconds of audio per batch (``Σ samples / fs`` over a batch's members)."""
+    """Mean seconds of audio per batch (``Σ samples / fs`` over a batch's members).
+
+    Raises:
+        ValueError: no batches.
+        KeyError: a member missing from ``utt2samples``.
+    """
     if not batches:
         raise ValueError("cannot average over 0 batches")
     return sum(utt2samples[k] for b in batches for k in b) / float(fs_hz) / len(batches)

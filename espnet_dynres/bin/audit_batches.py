@@ -321,6 +321,8 @@ def _audit(args: argparse.Namespace, stdout) -> int:
     if args.match:
         if args.batch_type != "dynres":
             raise SystemExit("--match suggests a dynres batch_bins: audit --batch_type dynres (or a dynres --config)")
+        if not Path(args.match).is_file():
+            raise SystemExit(f"--match {args.match}: no such file; give the reference training config (YAML)")
         target = reference_audio_per_batch(args.match, args)
         bins = dynres_batch_bins_for_audio(built.sampler, target, args.epoch)
         summary["match"] = {"reference": str(args.match), "reference_audio_per_batch_sec": target,
