@@ -11,7 +11,10 @@
 #     --expdir DIR --dumpdir DIR [--datadir DIR --asr_tag TAG --token_type word|char|bpe --nbpe N
 #     --fs 16k --num_train N --num_dev N --num_test N --seed N --inference_nj N
 #     --min_wav_duration SEC --max_wav_duration SEC --inference_asr_model NAME --fsdd_dir DIR
-#     --results_readme FILE]
+#     --results_readme FILE --corpus digits|longtail]
+# --corpus digits (default): 3,000 connected-digit utterances, 0.2-38 s (local/data_prep.py).
+# --corpus longtail: 320 train utterances, 3 s to 3 minutes, median 20 s (local/longtail_data_prep.py);
+#     its own data_longtail/, dump_longtail/, exp_longtail/ and no duration filter unless given.
 set -euo pipefail
 
 stage=1
@@ -26,22 +29,23 @@ inference_config=conf/decode_asr_ctc_greedy.yaml
 asr_args=""
 inference_args=""
 asr_tag=""
-expdir=exp
-dumpdir=dump
-datadir=data
+corpus=digits
+expdir=""           # default per corpus: exp, exp_longtail
+dumpdir=""          # dump, dump_longtail
+datadir=""          # data, data_longtail
 token_type=word
 nbpe=30
-num_train=3000
-num_dev=150
-num_test=150
+num_train=""        # digits: 3000 150 150; longtail: 320 60 60
+num_dev=""
+num_test=""
 min_wav_duration=0.1
-max_wav_duration=40
+max_wav_duration="" # digits: 40; longtail: 300 (keeps every utterance)
 inference_asr_model=valid.acc.ave.pth
 fsdd_dir=../../../../shared/data/fsdd/recordings
 python=python
 results_readme=""   # e.g. README.md: stage 13 also writes this experiment's RESULTS section there
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -55,6 +59,15 @@ while [ $# -gt 0 ]; do
         *) echo "run.sh: unexpected argument $1 (see ./run.sh --help)" >&2; exit 2 ;;
     esac
 done
+
+case "${corpus}" in
+    digits) defaults=(exp dump data 3000 150 150 40); data_prep=local/data_prep.py ;;
+    longtail) defaults=(exp_longtail dump_longtail data_longtail 320 60 60 300); data_prep=local/longtail_data_prep.py ;;
+    *) echo "run.sh: --corpus must be digits or longtail, got '${corpus}'" >&2; exit 2 ;;
+esac
+: "${expdir:=${defaults[0]}}" "${dumpdir:=${defaults[1]}}" "${datadir:=${defaults[2]}}"
+: "${num_train:=${defaults[3]}}" "${num_dev:=${defaults[4]}}" "${num_test:=${defaults[5]}}"
+: "${max_wav_duration:=${defaults[6]}}"
 
 cd "$(dirname "$0")"
 . ./path.sh
@@ -78,8 +91,8 @@ feats_dir=${dumpdir}/raw
 frontend_name=$(${python} -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1])).get('frontend','default'))" "${asr_config}")
 
 if [ "${stage}" -le 1 ] && [ "${stop_stage}" -ge 1 ]; then
-    log "Stage 1: data prep: connected-digit corpus from ${fsdd_dir} -> ${datadir}/{train,dev,test}"
-    ${python} local/data_prep.py --fsdd_dir "${fsdd_dir}" --out_dir "${datadir}" --seed "${seed}" \
+    log "Stage 1: data prep: ${corpus} corpus from ${fsdd_dir} -> ${datadir}/{train,dev,test}"
+    ${python} "${data_prep}" --fsdd_dir "${fsdd_dir}" --out_dir "${datadir}" --seed "${seed}" \
         --num_train "${num_train}" --num_dev "${num_dev}" --num_test "${num_test}"
 fi
 
