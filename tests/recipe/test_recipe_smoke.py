@@ -43,3 +43,32 @@ def test_all_stages_on_a_small_subset(tmp_path):
     packed = exp / "train_asr_conformer_dynres_ci_packed.zip"
     assert "feats_stats.npz" in " ".join(zipfile.ZipFile(packed).namelist())
     assert "REF:" in out.stdout and "HYP:" in out.stdout  # decode_packed.py ran
+
+
+@pytest.mark.slow
+def test_longtail_corpus_runs_every_stage_with_a_long_utterance(tmp_path):
+    """``--corpus longtail`` on a handful of utterances, one over a minute, decoded in segments."""
+    cmd = [
+        "bash", str(RECIPE_DIR / "run.sh"), "--corpus", "longtail",
+        "--num_train", "5", "--num_dev", "2", "--num_test", "3",
+        "--local_data_opts", "--median_sec 10 --sigma 1.5",
+        "--asr_config", "conf/train_asr_conformer_dynres_ci.yaml",
+        "--datadir", str(tmp_path / "data"), "--dumpdir", str(tmp_path / "dump"),
+        "--expdir", str(tmp_path / "exp"), "--inference_args", "--max_segment_sec 15",
+        "--stop_stage", "13",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-4000:]
+    assert "longtail corpus" in log and "removed 0" in log  # no duration filter drops the long one
+    train_sec = [float(line.split()[1]) for line in (tmp_path / "data" / "train" / "utt2dur").read_text().splitlines()]
+    assert max(train_sec) > 60.0 and min(train_sec) < 6.0, train_sec
+    exp = tmp_path / "exp" / "asr_train_asr_conformer_dynres_ci"
+    train_log = (exp / "train.log").read_text()
+    assert "DynResBatchSampler" in train_log and "1epoch results" in train_log
+    # The longest training utterance is over batch_bins even at the lowest rate: trained alone and named.
+    assert "over batch_bins even at their lowest rate" in train_log
+    decode = next(exp.glob("decode_*/test"))
+    assert json.loads((decode / "score" / "result.json").read_text())["num_utts"] == 3
+    inference_logs = "".join(p.read_text() for p in decode.glob("logdir/asr_inference.*.log"))
+    assert re.search(r"decoded in [2-9]\d* segments", inference_logs), inference_logs[-2000:]

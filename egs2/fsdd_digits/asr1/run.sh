@@ -11,10 +11,11 @@
 #     --expdir DIR --dumpdir DIR [--datadir DIR --asr_tag TAG --token_type word|char|bpe --nbpe N
 #     --fs 16k --num_train N --num_dev N --num_test N --seed N --inference_nj N
 #     --min_wav_duration SEC --max_wav_duration SEC --inference_asr_model NAME --fsdd_dir DIR
-#     --results_readme FILE --corpus digits|longtail]
+#     --results_readme FILE --corpus digits|longtail --local_data_opts "..."]
 # --corpus digits (default): 3,000 connected-digit utterances, 0.2-38 s (local/data_prep.py).
 # --corpus longtail: 320 train utterances, 3 s to 3 minutes, median 20 s (local/longtail_data_prep.py);
 #     its own data_longtail/, dump_longtail/, exp_longtail/ and no duration filter unless given.
+# --local_data_opts: extra options of the stage-1 script (see python local/<script>.py --help).
 set -euo pipefail
 
 stage=1
@@ -43,9 +44,10 @@ max_wav_duration="" # digits: 40; longtail: 300 (keeps every utterance)
 inference_asr_model=valid.acc.ave.pth
 fsdd_dir=../../../../shared/data/fsdd/recordings
 python=python
+local_data_opts=""  # extra options of stage 1's data script, as asr.sh's --local_data_opts
 results_readme=""   # e.g. README.md: stage 13 also writes this experiment's RESULTS section there
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -93,7 +95,7 @@ frontend_name=$(${python} -c "import yaml,sys; print(yaml.safe_load(open(sys.arg
 if [ "${stage}" -le 1 ] && [ "${stop_stage}" -ge 1 ]; then
     log "Stage 1: data prep: ${corpus} corpus from ${fsdd_dir} -> ${datadir}/{train,dev,test}"
     ${python} "${data_prep}" --fsdd_dir "${fsdd_dir}" --out_dir "${datadir}" --seed "${seed}" \
-        --num_train "${num_train}" --num_dev "${num_dev}" --num_test "${num_test}"
+        --num_train "${num_train}" --num_dev "${num_dev}" --num_test "${num_test}" ${local_data_opts}
 fi
 
 if [ "${stage}" -le 2 ] && [ "${stop_stage}" -ge 2 ]; then
