@@ -2,6 +2,7 @@
 """Forward time of the dynres frontend (hop, resample) versus ESPnet's DefaultFrontend.
 
 Usage: python benchmarks/frontend_speed.py [--repeats 10] [--warmup 2] [--threads 2] [--device cpu|cuda]
+                                           [--fsdd_dir ../shared/data/fsdd/recordings]
 
 Identical real batches (FSDD digits, 16 kHz, zero-padded as ESPnet's collate
 pads them) go through each frontend in turn, interleaved, in one run, after
@@ -25,23 +26,24 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # benchmarks/common.py, also when this file is imported by path
+    sys.path.insert(0, str(HERE))
 
+from common import DEFAULT_FSDD_DIR, pad_batch, real_utterances  # noqa: E402
 from espnet2.asr.frontend.default import DefaultFrontend  # noqa: E402
 from espnet_dynres.asr.frontend.dynres import DynResFrontend  # noqa: E402
 from espnet_dynres.frame_rate_policy import FrameRatePolicy  # noqa: E402
-from factory import pad_batch, real_utterances  # noqa: E402
 
 BASELINE = "DefaultFrontend (100 Hz)"
 
 
-def batches(device):
+def batches(device, fsdd_dir: Path = DEFAULT_FSDD_DIR):
     """Three batches whose durations span the 70-130 Hz clamp (so dynres has one T)."""
     policy = FrameRatePolicy()
     out = []
     for concat, count in ((2, 32), (5, 16), (12, 6)):
-        wavs = real_utterances(count, concat=concat, start=100 * concat)
+        wavs = real_utterances(count, concat=concat, start=100 * concat, fsdd_dir=fsdd_dir)
         wavs = sorted(wavs, key=len)
         while policy.common_frame_count([len(w) for w in wavs]) is None:
             wavs = wavs[1:]
@@ -56,6 +58,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds over all batches and frontends first")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--fsdd_dir", type=Path, default=DEFAULT_FSDD_DIR, help="the FSDD recordings (*.wav, 8 kHz)")
     args = ap.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -66,7 +69,7 @@ def main() -> None:
         "dynres hop": DynResFrontend(**conf, method="hop").to(device).train(),
         "dynres resample": DynResFrontend(**conf, method="resample").to(device).train(),
     }
-    data = batches(device)
+    data = batches(device, args.fsdd_dir)
     wall = {name: [] for name in frontends}
     cpu = {name: [] for name in frontends}
     frames = {name: 0 for name in frontends}

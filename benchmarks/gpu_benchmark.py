@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training-step benchmark: dynres (sampler + frontend + token-normalized loss) vs the numel baseline.
 
-Usage (one command, see benchmarks/run_gpu_benchmark.sh and docs/benchmarks.md):
+Usage (one command, see benchmarks/run_gpu_benchmark.sh and docs/benchmarking.md):
 
     python benchmarks/gpu_benchmark.py --device cuda                  # the measurement (~5 min on one H200)
     python benchmarks/gpu_benchmark.py --device cpu --dry_run         # tiny sizes, same code paths (CI)
@@ -74,6 +74,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # benchmarks/common.py, also when this file is imported by path
+    sys.path.insert(0, str(HERE))
+from common import DEFAULT_FSDD_DIR, fsdd_recordings  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "egs2" / "fsdd_digits" / "asr1"
 DEFAULT_CONFIG = REPO / "conf" / "train_asr_conformer_dynres.yaml"
@@ -145,11 +150,7 @@ def prepare_data(work_dir: Path, fsdd_dir: Path, num_train: int, python: str) ->
     stamp = work_dir / f".data_num_train_{num_train}"
     if stamp.exists() and token_list.exists() and (dump_dir / "train" / "wav.scp").exists():
         return dump_dir, token_list
-    if not any(fsdd_dir.glob("*.wav")):
-        raise FileNotFoundError(
-            f"no FSDD recordings (*.wav) under {fsdd_dir}; pass --fsdd_dir (the recipe's ../shared/data/fsdd/"
-            "recordings), or an existing recipe dump with --dump_dir and --token_list"
-        )
+    fsdd_recordings(fsdd_dir, hint="or an existing recipe dump with --dump_dir and --token_list")
     cmd = [
         "bash", str(RECIPE / "run.sh"), "--stage", "1", "--stop_stage", "5",
         "--num_train", str(num_train), "--num_dev", "4", "--num_test", "2",
@@ -508,7 +509,7 @@ def _fmt(value, kind: str) -> str:
 
 
 def markdown(report: Dict) -> str:
-    """The report's table (what docs/benchmarks.md shows)."""
+    """The report's table (the Markdown the run writes)."""
     meta, s, r, search = report["meta"], report["summary"], report["ratios"], report["batch_bins_search"]
     d, b = s["dynres"], s["baseline"]
     head = (
@@ -558,7 +559,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the dynres training YAML")
     ap.add_argument("--work_dir", type=Path, default=Path(tempfile.gettempdir()) / "gpu_benchmark", help="data, shape files, results")
     ap.add_argument("--out_dir", type=Path, default=None, help="where the JSON and Markdown go (default WORK_DIR/results)")
-    ap.add_argument("--fsdd_dir", type=Path, default=REPO.parent / "shared" / "data" / "fsdd" / "recordings")
+    ap.add_argument("--fsdd_dir", type=Path, default=DEFAULT_FSDD_DIR, help="the FSDD recordings (*.wav, 8 kHz)")
     ap.add_argument("--dump_dir", type=Path, default=None, help="an existing recipe dump (dump/raw) instead of stages 1-5")
     ap.add_argument("--token_list", type=Path, default=None, help="with --dump_dir: data/token_list/word/tokens.txt")
     ap.add_argument("--num_train", type=int, default=None, help="training utterances (default 2000; dry run 24)")

@@ -40,6 +40,11 @@ import soundfile
 import torch
 import yaml
 
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # benchmarks/common.py, also when this file is imported by path
+    sys.path.insert(0, str(HERE))
+from common import DEFAULT_FSDD_DIR, fsdd_recordings  # noqa: E402
+
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
@@ -50,7 +55,7 @@ def make_long_form(out_dir: Path, fsdd_dir: Path, count: int, duration_sec: floa
     import torchaudio
 
     rng = random.Random(seed)
-    files = sorted(fsdd_dir.glob("*.wav"))
+    files = fsdd_recordings(fsdd_dir, count=None)
     speakers = sorted({f.name.split("_")[1] for f in files})
     (out_dir / "wav").mkdir(parents=True, exist_ok=True)
     scp, text = [], []
@@ -158,8 +163,8 @@ def main(argv=None) -> int:
     parser.add_argument("--long_form_dir", type=Path, help="write a long-utterance data dir here and use it")
     parser.add_argument("--long_form_count", type=int, default=16)
     parser.add_argument("--long_form_sec", type=float, default=120.0)
-    parser.add_argument("--fsdd_dir", type=Path,
-                        default=Path(__file__).resolve().parents[2] / "shared" / "data" / "fsdd" / "recordings")
+    parser.add_argument("--fsdd_dir", type=Path, default=DEFAULT_FSDD_DIR,
+                        help="the FSDD recordings --long_form_dir joins (*.wav, 8 kHz)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--measure", choices=["restat", "valid"], help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args(argv)

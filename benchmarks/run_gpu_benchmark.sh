@@ -13,20 +13,17 @@
 #   bash benchmarks/run_gpu_benchmark.sh --mode time_to_accuracy
 #   bash benchmarks/run_gpu_benchmark.sh --mode time_to_accuracy --device cpu --dry_run   # tiny, on CPU
 #
-# Results: gpu_benchmark.{json,md} and gpu_benchmark.log in $OUT when set (the device
-# tool's output folder), else in gpu_benchmark/results of the system temp dir.
+# Results: gpu_benchmark.{json,md} and gpu_benchmark.log in $OUT when set, else in
+# gpu_benchmark/results of the system temp dir ($TMPDIR, else /tmp).
 #
 # Python environment, first that works:
 #   1. the repository's .venv (install.sh), if it imports torch;
-#   2. python3 with torch and torchaudio preinstalled (a device machine's image: Python
-#      3.12, torch 2.11) plus the pure-Python packages ESPnet needs, unpacked from
-#      .gpu_carry/site.tar.gz onto PYTHONPATH.  Make that here, once, with
-#          .venv/bin/python benchmarks/pack_gpu_env.py
-#      and take it along with the device tool's  carry: [".gpu_carry"].
-#   The repository goes on PYTHONPATH (no pip install: setup.py pins Python 3.11).
-# FSDD recordings: $FSDD_DIR, else ../shared/data/fsdd/recordings, else
-# .gpu_carry/fsdd/recordings (../shared does not travel to a device machine).
-# Everything is checked before any work starts; a failed check names what is missing.
+#   2. python3, if it imports torch, torchaudio and ESPnet (a machine with a CUDA torch of its
+#      own: install ESPnet for it first, python3 -m pip install espnet==202511).
+#   The repository goes on PYTHONPATH (no pip install of the plugin: setup.py pins Python 3.11).
+# FSDD recordings: $FSDD_DIR, else ../shared/data/fsdd/recordings beside the repository (the
+# recipe's default).  Everything is checked before any work starts; a failed check names what
+# is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -51,16 +48,8 @@ if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; th
 elif command -v python3 >/dev/null && python3 -c "import torch, torchaudio" 2>/dev/null; then
     py=$(command -v python3)
     env_note="$(python3 -c 'import sys; print(sys.executable)') (preinstalled torch)"
-    if ! python3 -c "import espnet2" 2>/dev/null; then
-        [ -f .gpu_carry/site.tar.gz ] || die "ESPnet is not installed for ${py} and .gpu_carry/site.tar.gz is missing:
-  on a machine with the repository's .venv run '.venv/bin/python benchmarks/pack_gpu_env.py',
-  then pass carry: [\".gpu_carry\"] to the device tool."
-        site=${TMPDIR:-/tmp}/gpu_benchmark_site
-        rm -rf "${site}" && mkdir -p "${site}"
-        tar xzf .gpu_carry/site.tar.gz -C "${site}"
-        export PYTHONPATH="${site}/site${PYTHONPATH:+:${PYTHONPATH}}"
-        env_note="${env_note} + .gpu_carry/site.tar.gz"
-    fi
+    python3 -c "import espnet2" 2>/dev/null || die "ESPnet is not installed for ${py}: run install.sh (creates .venv,
+  Python 3.11), or install ESPnet for this python: ${py} -m pip install espnet==202511"
 else
     die "no Python with torch and torchaudio: run install.sh (creates .venv) or use a machine whose python3 has them."
 fi
@@ -91,10 +80,10 @@ EOF
 
 # FSDD recordings.
 fsdd=${FSDD_DIR:-}
-for cand in "${fsdd}" "${repo}/../shared/data/fsdd/recordings" "${repo}/.gpu_carry/fsdd/recordings"; do
+for cand in "${fsdd}" "${repo}/../shared/data/fsdd/recordings"; do
     if [ -n "${cand}" ] && ls "${cand}"/*.wav >/dev/null 2>&1; then fsdd=${cand}; break; fi
 done
-ls "${fsdd}"/*.wav >/dev/null 2>&1 || die "no FSDD recordings: set FSDD_DIR, or carry .gpu_carry (benchmarks/pack_gpu_env.py copies them)."
+ls "${fsdd}"/*.wav >/dev/null 2>&1 || die "no FSDD recordings (*.wav) in \$FSDD_DIR (${FSDD_DIR:-unset}) or ${repo}/../shared/data/fsdd/recordings: set FSDD_DIR."
 
 out=${OUT:-${TMPDIR:-/tmp}/gpu_benchmark/results}
 mkdir -p "${out}"

@@ -1,6 +1,6 @@
 """Long-form input: minutes of audio decode (in segments), and a lone long utterance trains at the fallback rate.
 
-Peak memory is measured by ``benchmarks/long_form_memory.py`` (one process per
+Peak memory is measured by ``the long-form memory table in docs/troubleshooting.md`` (one process per
 scenario), not asserted here.
 """
 

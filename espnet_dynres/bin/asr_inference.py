@@ -19,7 +19,7 @@ without naming the utterance nor loses one:
   60 s) is cut at its quietest 10 ms near each segment end, the segments are
   decoded one by one and their 1-best hypotheses joined.  Self-attention
   memory grows with the square of the encoder length (3 minutes took 4 GB
-  with the recipe's CPU model, see ``docs/benchmarks.md``); segments bound it.
+  with the recipe's CPU model, see ``docs/troubleshooting.md``); segments bound it.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ class DynResBatchSampler(AbsSampler):
     clamp and CTC minimum (the budget still holds).  ESPnet's ``numel`` sampler
     closes a batch only *after* it exceeds its budget; closing always below
     can leave the steps before a long utterance up to half empty, which
-    ``"nearest"`` fills (measured in docs/benchmarks.md, where it did not train
+    ``"nearest"`` fills (measured in docs/experiments/batch_fill_nearest.md, where it did not train
     faster, so it is an option, not the default).  A batch is only closed once it
     holds ``min_batch_size`` utterances (ESPnet passes the world size under
     DDP); the last ``< min_batch_size`` utterances of an epoch take utterances

@@ -121,7 +121,7 @@ class DynResFrontend(AbsFrontend):
     (applied by the sampler's plan; needs ``batch_type: dynres``) and
     ``target_frame_rate_hz`` (the mean rate a batch aims at, Hz; omitted: the
     standard rate, i.e. each batch gets its mean standard frame count; lower
-    targets cost fewer encoder frames, measured in ``docs/benchmarks.md``)
+    targets cost fewer encoder frames, measured in ``docs/experiments/frame_rate_lever.md``)
     configure the
     :class:`FrameRatePolicy` shared with the sampler.  The rest of DefaultFrontend's
     parameters are accepted where they change nothing (``center: true``,
