@@ -96,7 +96,7 @@ def tiny_asr_args(**overrides) -> argparse.Namespace:
     args.decoder_conf = dict(attention_heads=2, linear_units=32, num_blocks=1)
     args.model = "token_normalized"
     args.model_conf = dict(ctc_weight=0.3)
-    args.grad_clip = 1.0  # the plugin's rule for model: token_normalized (input_checks.check_token_normalized_grad_clip)
+    args.grad_clip = 1.0  # the plugin's rule for model: token_normalized (config_checks.check_token_normalized_grad_clip)
     if overrides.get("model") == "espnet" and "frontend" not in overrides:
         # ESPnet's own model takes ESPnet's own frontend (the dynres switches need model: dynres or
         # token_normalized); DefaultFrontend equals the dynres frontend outside a training step.

@@ -7,6 +7,7 @@ from espnet2.samplers.build_batch_sampler import BATCH_TYPES
 from espnet2.tasks.asr import ASRTask, frontend_choices, model_choices
 
 from espnet_dynres import registration
+from espnet_dynres.iterators import build_iter_factory
 from factory import REPO_ROOT
 
 
@@ -24,7 +25,7 @@ def test_asr_task_parser_accepts_the_switches():
          "--frontend_conf", "min_frame_rate_hz=80"]
     )
     assert (args.batch_type, args.frontend, args.model) == ("dynres", "dynres", "token_normalized")
-    assert registration.policy_from_args(args).min_frame_rate_hz == 80
+    assert build_iter_factory.policy_from_args(args).min_frame_rate_hz == 80
 
 
 def test_dynres_batches_need_the_dynres_frontend():
@@ -32,7 +33,7 @@ def test_dynres_batches_need_the_dynres_frontend():
 
     args = ASRTask.get_parser().parse_args(["--output_dir", "x", "--token_list", "t", "--batch_type", "dynres"])
     with pytest.raises(ValueError, match="frontend: dynres"):
-        registration.policy_from_args(args)
+        build_iter_factory.policy_from_args(args)
 
 
 def test_launcher_runs_modules_with_the_plugin_registered():

@@ -42,7 +42,7 @@ from espnet2.bin import asr_inference as espnet_asr_inference
 
 from espnet_dynres.ctc_feasibility import min_feature_frames
 from espnet_dynres.frame_rate_policy import parse_fs
-from espnet_dynres.input_checks import check_audio_files, check_waveform, min_input_samples, read_keyed_file
+from espnet_dynres.data_checks import check_audio_files, check_waveform, min_input_samples, read_keyed_file
 
 
 def model_fs_hz(asr_train_config: Union[str, Path, None]) -> Optional[int]:

@@ -21,9 +21,10 @@ Examples (recipe shape files)::
 ``--config train.yaml`` takes the sampler options and the frame-rate settings from a
 training config (``batch_type``, ``batch_bins``, ``batch_size``, ``max_batch_size``,
 ``min_batch_size``, ``seed``, ``sort_in_batch``, ``sort_batch``, ``fold_length``,
-``oversized``, ``shuffle_jitter``, ``frontend_conf``, and ``encoder_conf.input_layer`` for
-the CTC safety when the model has a CTC branch and ``--text_shape`` is given), so the audit
-plans exactly what training will; flags given on the command line win.  The dynres policy is
+``oversized``, ``shuffle_jitter``, ``frontend_conf``), so the audit plans exactly what
+training will; flags given on the command line win.  For ``dynres``, the CTC minimum of each
+utterance is training's own (:func:`espnet_dynres.ctc_feasibility.training_min_frames`), from
+``--text`` and the token options, or from an experiment's ``config.yaml`` as ``--config``.  The dynres policy is
 then the ``dynres`` frontend's own (:class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`).
 
 ``--batch_bins`` means what it means for the batch type: samples × dims
@@ -40,7 +41,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -88,14 +89,25 @@ def get_parser() -> argparse.ArgumentParser:
                    help="dynres: per-epoch perturbation of log-duration (training's --shuffle_jitter)")
     g.add_argument("--batch_fill", choices=["below", "nearest"], default="below",
                    help="dynres: close a batch below batch_bins or nearest to it (training's --batch_fill)")
-    g.add_argument("--ctc_input_layer", default=None,
-                   help="dynres: apply the trainer's CTC safety for this encoder input_layer (e.g. conv2d), "
-                        "with U = token count from --text_shape (repeats unknown: a lower bound)")
+    c = p.add_argument_group(
+        "the CTC minimum (dynres): training's, from the transcripts through ESPnet's preprocessor",
+        "a batch's frame count leaves every member the frames its transcript needs after the encoder's "
+        "subsampling (tokens plus adjacent repeats); the defaults come from --config where it has them "
+        "(an experiment's config.yaml has all of them)")
+    c.add_argument("--text", default=None, help="training transcripts ('utt_id text'; default: the --config's "
+                   "train_data_path_and_name_and_type entry named text)")
+    c.add_argument("--token_list", default=None, help="token list (default: the --config's token_list)")
+    c.add_argument("--token_type", default=None, help="bpe, char, word, ... (default: the --config's, else bpe)")
+    c.add_argument("--bpemodel", default=None, help="sentencepiece model (default: the --config's)")
+    c.add_argument("--cleaner", default=None, help="text cleaner (default: the --config's, else none)")
     p.add_argument("--match", default=None, metavar="REFERENCE.yaml",
                    help="dynres: also print the batch_bins whose batches hold the same mean audio per step as this "
                         "reference training config's (e.g. a numel config) on the same shape files")
     o = p.add_argument_group("output")
     o.add_argument("--plot", default=None, help="write a PNG plot here")
+    o.add_argument("--dump_batches", default=None, metavar="FILE.json",
+                   help="write the audited epoch's batches (utterance ids), planned T per batch and planned frames "
+                        "per utterance as JSON, in the sampler's order")
     o.add_argument("--json", default=None,
                    help="write the summary as JSON here ('-' = stdout, which then holds only the JSON: the text "
                         "report and any library output go to stderr)")
@@ -193,14 +205,6 @@ def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None, policy
     plt.close(fig)
 
 
-def ctc_min_frames_from_tokens(keys: List[str], tokens: np.ndarray, input_layer: str) -> dict:
-    """``utt2min_frames`` for the dynres sampler from token counts (``U``, repeats unknown)."""
-    from espnet_dynres.ctc_feasibility import min_feature_frames
-
-    need = {int(u): min_feature_frames(int(u), input_layer) for u in np.unique(tokens)}
-    return {k: need[int(u)] for k, u in zip(keys, tokens)}
-
-
 RATE_KEYS = ("fs", "hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz", "target_frame_rate_hz")
 CONFIG_KEYS = ("batch_type", "batch_bins", "batch_size", "max_batch_size", "min_batch_size", "seed", "sort_in_batch",
                "sort_batch", "fold_length", "oversized", "shuffle_jitter", "batch_fill")
@@ -263,27 +267,60 @@ def reference_audio_per_batch(reference: str, args: argparse.Namespace) -> float
     return mean_audio_per_batch_sec(built.epoch1, dict(zip(table.keys, table.num_samples.tolist())), fs)
 
 
+def ctc_minimum(args: argparse.Namespace) -> Tuple[Optional[Dict[str, int]], str]:
+    """Training's CTC minimum per utterance (:func:`espnet_dynres.ctc_feasibility.training_min_frames`, the
+    function training's iterator builder calls) and a line saying what was applied.
+
+    The ESPnet arguments are the ``--config``'s, with ``--token_list``/``--token_type``/``--bpemodel``/
+    ``--cleaner`` over them; ``--text`` (or the config's training ``text`` entry) gives the transcripts.
+
+    Raises:
+        SystemExit: ``--text`` without a token list, or a transcript file that does not exist.
+    """
+    conf = args.config_conf
+    text = args.text or next((entry.split(",")[0] for entry in conf.get("train_data_path_and_name_and_type") or []
+                              if entry.split(",")[1:2] == ["text"]), None)
+    if float((conf.get("model_conf") or {}).get("ctc_weight", 0.5)) == 0.0:
+        return None, "none (the model has no CTC branch: model_conf.ctc_weight 0)"
+    if text is None:
+        return None, "not applied: give --text and --token_list (training applies it from the transcripts)"
+    if not Path(text).is_file():
+        raise SystemExit(f"--text {text}: no such file; give the training transcripts ('utt_id text' per line)")
+    token_list = args.token_list or conf.get("token_list")
+    if token_list is None:
+        raise SystemExit("the CTC minimum needs the token list of training: give --token_list (or an experiment's "
+                         "config.yaml as --config)")
+    import espnet_dynres  # noqa: F401,PLC0415 (registers the plugin's names, which a dynres config uses)
+    from espnet2.tasks.asr import ASRTask  # noqa: PLC0415 (slow import, only when needed)
+
+    from espnet_dynres.ctc_feasibility import training_min_frames  # noqa: PLC0415
+
+    task = ASRTask.get_parser().parse_args(["--output_dir", "unused", "--use_preprocessor", "true"]
+                                           + (["--config", args.config] if args.config else []))
+    task.token_list = token_list
+    for key in ("token_type", "bpemodel", "cleaner"):
+        if getattr(args, key) is not None:
+            setattr(task, key, getattr(args, key))
+    task.use_preprocessor = True
+    need = training_min_frames(ASRTask, task, text)
+    input_layer = (task.encoder_conf or {}).get("input_layer", "conv2d")
+    return need, f"from {text} ({task.token_type} tokens plus adjacent repeats, encoder input_layer {input_layer})"
+
+
 def _audit(args: argparse.Namespace, stdout) -> int:
     policy = None
     batch_bins = args.batch_bins
     conf = args.config_conf
-    if args.ctc_input_layer is None and args.batch_type == "dynres" and args.text_shape and conf:
-        if float((conf.get("model_conf") or {}).get("ctc_weight", 0.5)) > 0:  # training's CTC safety
-            args.ctc_input_layer = (conf.get("encoder_conf") or {}).get("input_layer", "conv2d")
     if args.batch_type == "dynres":
         if batch_bins is None:
             raise SystemExit("--batch_type dynres needs --batch_bins: the frame budget B x T (feature frames)")
         policy = build_policy(args)
     elif batch_bins is None:
         batch_bins = 1000000  # ESPnet's default
-    if args.ctc_input_layer is not None and (args.batch_type != "dynres" or args.text_shape is None):
-        raise SystemExit("--ctc_input_layer needs --batch_type dynres and --text_shape (token counts)")
 
     table = read_shape_table(args.speech_shape, args.text_shape)
     fold_lengths = args.fold_length if args.fold_length else [80000, 150]
-    utt2min_frames = None
-    if args.ctc_input_layer is not None:
-        utt2min_frames = ctc_min_frames_from_tokens(table.keys, table.num_tokens, args.ctc_input_layer)
+    utt2min_frames, ctc_note = ctc_minimum(args) if args.batch_type == "dynres" else (None, None)
     built = build_batches(
         args.batch_type,
         args.speech_shape,
@@ -318,6 +355,14 @@ def _audit(args: argparse.Namespace, stdout) -> int:
     )
     print(format_report(audit, repr(built.sampler)))
     summary = audit.summary()
+    if args.batch_type == "dynres":
+        print(f"CTC minimum           : {ctc_note}")
+        summary["ctc_minimum"] = ctc_note
+    if args.dump_batches:
+        Path(args.dump_batches).write_text(json.dumps({
+            "epoch": args.epoch, "batches": [list(b) for b in built.epoch1], "frames": built.planned_frames,
+            "utt_frames": [list(f) for f in built.planned_utt_frames] if built.planned_utt_frames else None,
+        }) + "\n")
     if args.match:
         if args.batch_type != "dynres":
             raise SystemExit("--match suggests a dynres batch_bins: audit --batch_type dynres (or a dynres --config)")

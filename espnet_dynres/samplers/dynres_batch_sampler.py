@@ -13,7 +13,7 @@ from typeguard import typechecked
 from espnet2.samplers.abs_sampler import AbsSampler
 
 from espnet_dynres.frame_rate_policy import FrameRatePolicy
-from espnet_dynres.input_checks import blank_line_message
+from espnet_dynres.data_checks import blank_line_message
 
 OVERSIZED_ACTIONS = ("warn", "error")
 SHOWN_OVERSIZED = 5  # oversized utterances named in the plan's summary line (the count is always given)

@@ -78,7 +78,7 @@ def test_config_gives_the_same_audit_as_the_equivalent_flags(tmp_path, shape_fil
     from_config = summary(["--config", str(config)] + common)
     from_flags = summary(["--batch_type", "dynres", "--batch_bins", "2500", "--max_batch_size", "6", "--seed", "4",
                           "--hop_length", "160", "--min_frame_rate_hz", "70", "--max_frame_rate_hz", "130",
-                          "--target_frame_rate_hz", "85", "--ctc_input_layer", "conv2d"] + common)
+                          "--target_frame_rate_hz", "85"] + common)
     from_config.pop("build_time_sec"), from_flags.pop("build_time_sec")
     assert from_config == from_flags
     assert from_config["batch_size"]["max"] <= 6
@@ -164,3 +164,49 @@ def test_match_gives_the_dynres_budget_with_the_references_audio_per_step(tmp_pa
     assert main(["--batch_type", "dynres", "--batch_bins", str(match["batch_bins"]), "--hop_length", "160"]
                 + common) == 0
     assert json.loads(capsys.readouterr().out)["audio_sec"]["mean"] == pytest.approx(numel_sec, rel=0.1)
+
+
+def test_audit_and_training_plan_the_same_batches_with_repeated_tokens(tmp_path):
+    """The CTC minimum is computed once: the audit CLI (``--text``, ``--token_list``) and training's
+    iterator builder plan identical dynres batches and frame counts on transcripts full of adjacent
+    repeats (``one one one ...``, where a blank must separate every repeat, so ``U + R`` is about twice
+    the token count), and there the minimum binds (the plan differs from one without it)."""
+    import yaml
+
+    from espnet2.tasks.asr import ASRTask
+    from espnet2.train.distributed_utils import DistributedOption
+    from factory import RECIPE_FRONTEND, TOKENS, task_args, write_data_dir
+
+    data = write_data_dir(tmp_path / "data", count=24, start=300, concat=2)
+    lines, shapes = [], []
+    for line in (data / "speech_shape").read_text().splitlines():
+        utt, samples = line.split()
+        standard_frames = 1 + int(samples) // 160
+        repeats = max(1, round(0.9 * standard_frames / 8))  # conv2d: U + R = 2k - 1 tokens need ~8k frames
+        lines.append(f"{utt} {' '.join(['one'] * repeats)}")
+        shapes.append(f"{utt} {repeats},{len(TOKENS)}")
+    (data / "text").write_text("\n".join(lines) + "\n")
+    (data / "text_shape.word").write_text("\n".join(shapes) + "\n")
+    budget = "700"
+
+    args = task_args(data, "--batch_bins", budget, "--output_dir", str(tmp_path / "exp"))
+    sampler = ASRTask.build_iter_factory(args, DistributedOption(distributed=False), mode="train").sampler
+    training = {"batches": [list(b) for b in sampler.batches_for_epoch(1)], "frames": sampler.frames_for_epoch(1),
+                "utt_frames": [list(f) for f in sampler.utt_frames_for_epoch(1)]}
+
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({"batch_type": "dynres", "batch_bins": int(budget), "frontend": "dynres",
+                                      "frontend_conf": dict(RECIPE_FRONTEND), "model": "token_normalized"}))
+    common = ["--config", str(config), "--speech_shape", str(data / "speech_shape"),
+              "--text_shape", str(data / "text_shape.word"), "--json", str(tmp_path / "summary.json")]
+
+    def audit(*extra):
+        dump = tmp_path / "batches.json"
+        assert main(common + ["--dump_batches", str(dump)] + list(extra)) == 0
+        return {k: v for k, v in json.loads(dump.read_text()).items() if k != "epoch"}
+
+    with_ctc = audit("--text", str(data / "text"), "--token_list", str(data / "tokens.txt"), "--token_type", "word")
+    assert with_ctc == training
+    assert json.loads((tmp_path / "summary.json").read_text())["ctc_minimum"].startswith("from ")
+    assert audit() != training  # without the transcripts the minimum is not applied, and here it binds
+    assert json.loads((tmp_path / "summary.json").read_text())["ctc_minimum"].startswith("not applied")

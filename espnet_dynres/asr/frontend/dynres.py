@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
@@ -16,7 +15,7 @@ from espnet2.asr.frontend.abs_frontend import AbsFrontend
 from espnet2.layers.log_mel import LogMel
 from espnet2.layers.stft import Stft
 
-from espnet_dynres import input_checks
+from espnet_dynres import data_checks
 from espnet_dynres.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
@@ -329,7 +328,7 @@ class DynResFrontend(AbsFrontend):
         )
         # NaN/inf samples are refused; short inputs (even 0 samples) are reflected/zero-padded as
         # DefaultFrontend does, so decoding writes a hypothesis for every utterance.
-        input_checks.check_speech_batch(input, input_lengths, min_samples=0)
+        data_checks.check_speech_batch(input, input_lengths, min_samples=0)
         fallback = False
         if self.is_dynamic():
             feats_lengths, fallback = self.frame_counts(input_lengths, speech_frames)

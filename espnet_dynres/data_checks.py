@@ -1,7 +1,7 @@
-"""Checks of data, settings and inputs, each failing with a message that names the culprit and the fix.
+"""Checks of data files and waveforms, each failing with a message that names the utterance or file and the fix.
 
-Each function checks one kind of bad input at the earliest point that can see
-it (see ``docs/troubleshooting.md`` for where each is called):
+Each function checks one kind of bad data at the earliest point that can see it
+(``docs/troubleshooting.md`` says where each is called):
 
 =====================================  ==========================================  ================================
 problem                                function                                    called from
@@ -9,41 +9,34 @@ problem                                function                                 
 stereo / NaN / inf / too short wav     :func:`check_waveform`                      recipe stage 3, decoding
 unreadable, truncated, wrong rate      :func:`check_audio_file`,                   recipe stage 3, decoding
                                        :func:`check_audio_files`
+training audio at another rate         :func:`check_sampling_rate`                 iterator build
 training batch with NaN / inf          :func:`check_speech_batch`                  ``frontend: dynres`` forward
 features with a dynres switch          :func:`check_raw_audio_data`                iterator build
 shape files vs ``wav.scp`` / ``text``  :func:`check_shape_file_keys`               iterator build
 shape-file lengths too short           :func:`check_shape_file_lengths`            (:func:`check_training_data`)
 transcript with no tokens              :func:`check_transcripts`
-typos in ``*_conf``                    :func:`check_task_conf_keys`                model build
-                                                                                   (:func:`with_conf_key_check`)
-``feats_stats.npz`` of another size    :func:`check_normalize_stats`               ``model: token_normalized``
-``grad_clip`` for the per-token loss   :func:`check_token_normalized_grad_clip`    model build (warning)
 =====================================  ==========================================  ================================
 
-``nbpe`` too small for the text is checked by the recipe's
-``local/check_bpe_vocab.py`` (stage 5), which needs no ESPnet import.
+Settings are checked in :mod:`espnet_dynres.config_checks`; ``nbpe`` too small for the text by
+the recipe's ``local/check_bpe_vocab.py`` (stage 5), which needs no ESPnet import.
 
-Units: ``*_samples`` are waveform samples, ``*_frames`` feature frames,
-``*_hz`` sampling or frame rates.  Every check raises ``ValueError`` (bad data or
-settings) except :func:`check_conf_keys`, which raises ``TypeError`` as Python
-does for an unexpected keyword argument.
+Units: ``*_samples`` are waveform samples, ``*_frames`` feature frames, ``*_hz`` sampling or
+frame rates.  Every check raises ``ValueError``.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import functools
-import inspect
 import logging
 import re
-import warnings
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import soundfile
 import torch
+
+from espnet_dynres.plugin_switches import dynres_switches
 
 # Data types of ``*_data_path_and_name_and_type`` that are Kaldi-style "key value" files.
 KEYED_FILE_TYPES = {
@@ -364,146 +357,6 @@ def check_transcripts(text_file: str, *, utt2num_tokens: Optional[Mapping[str, i
     return empty
 
 
-# ------------------------------------------------------------------------------------------- settings
-
-
-def closest_key(key: str, valid: Iterable[str]) -> Optional[str]:
-    """The valid key most similar to ``key`` (``difflib``), or ``None`` if none is close."""
-    matches = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
-    return matches[0] if matches else None
-
-
-def accepted_keywords(cls: type) -> Optional[Set[str]]:
-    """Keyword names ``cls(...)`` accepts, following ``**kwargs`` up the MRO; ``None`` if open-ended."""
-    names: Set[str] = set()
-    for klass in cls.__mro__:
-        if klass is object or "__init__" not in vars(klass):
-            continue
-        params = inspect.signature(klass.__init__).parameters.values()
-        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
-            return names
-    return None
-
-
-def check_conf_keys(conf: Optional[Mapping], cls: type, conf_name: str) -> None:
-    """Every key of ``conf`` is an argument of ``cls``; a typo gets the closest valid key.
-
-    Raises:
-        TypeError: ``<conf_name>`` has an unknown key; the message suggests the
-            closest valid key and lists the valid ones.
-    """
-    valid = accepted_keywords(cls)
-    if not conf or valid is None:
-        return
-    for key in conf:
-        if key not in valid:
-            guess = closest_key(key, valid)
-            hint = f"did you mean {guess!r}? " if guess else ""
-            raise TypeError(
-                f"{conf_name} has an unknown key {key!r} for {cls.__name__}; {hint}"
-                f"valid keys: {', '.join(sorted(valid))}."
-            )
-
-
-def check_task_conf_keys(task: type, args: argparse.Namespace) -> None:
-    """:func:`check_conf_keys` for every ``--<name>`` / ``--<name>_conf`` pair of an ESPnet task.
-
-    E.g. ``frontend_conf`` against the chosen frontend class, ``model_conf``
-    against the model class (``ESPnetASRModel``'s arguments for
-    ``model: token_normalized``).
-
-    Raises:
-        TypeError: the first unknown key (see :func:`check_conf_keys`).
-    """
-    for choices in task.class_choices_list:
-        chosen = getattr(args, choices.name, None)
-        if chosen is None:
-            continue
-        if choices.name == "frontend" and getattr(args, "input_size", None) is not None:
-            continue  # extracted features: ESPnet builds no frontend and ignores frontend_conf
-        check_conf_keys(getattr(args, f"{choices.name}_conf", None), choices.get_class(chosen), f"{choices.name}_conf")
-
-
-def with_conf_key_check(build_model: Callable) -> Callable:
-    """Wrap a task's ``build_model(cls, args)`` so that, when a plugin switch is on
-    (:func:`plugin_switches_on`), conf typos fail first, with a suggestion, and ``grad_clip``
-    is checked against ``model: token_normalized``; a stock configuration goes straight
-    to ESPnet's method."""
-
-    @functools.wraps(build_model)
-    def checked(cls, args: argparse.Namespace):
-        if not plugin_switches_on(args):
-            return build_model(cls, args)
-        check_task_conf_keys(cls, args)
-        check_token_normalized_grad_clip(args)
-        return build_model(cls, args)
-
-    return checked
-
-
-TOKEN_NORMALIZED_MAX_GRAD_CLIP = 1.0
-
-
-class GradClipWarning(UserWarning):
-    """``grad_clip`` too high (or off) for the per-token loss of ``model: token_normalized``."""
-
-
-def check_token_normalized_grad_clip(args: argparse.Namespace) -> bool:
-    """Warn when ``model: token_normalized`` trains with ``grad_clip`` above 1 or without clipping.
-
-    Why (measured in ``docs/training_dynamics.md``): the per-token loss is
-    ESPnet's loss times ``B / N`` (utterances / target tokens), so its gradient
-    norm is about ``N / B`` times smaller: about 1 after the first few dozen
-    steps, where ESPnet's per-utterance gradients are 5–100 and ESPnet's usual
-    ``grad_clip: 5`` clips most steps.  With ``grad_clip: 5`` the per-token
-    loss is clipped only in the first steps, whose gradients are 10–80 times
-    the later ones; Adam's second moment (``beta2 = 0.999``, a memory of ~1000
-    steps) keeps them, so later updates shrink several-fold and the
-    attention decoder learns more slowly than with ESPnet's loss.  With
-    ``grad_clip`` at or below the per-token norm (``1``) every step is clipped to
-    the same norm, as ESPnet's steps are, and the per-token loss learns as fast.
-
-    Returns:
-        True if a warning was issued (``GradClipWarning`` and a log line naming
-        the fix); False otherwise (another model, collect-stats, or
-        ``0 < grad_clip <= 1``).
-    """
-    if getattr(args, "model", None) != "token_normalized" or getattr(args, "collect_stats", False):
-        return False
-    grad_clip = float(getattr(args, "grad_clip", 5.0))
-    if 0 < grad_clip <= TOKEN_NORMALIZED_MAX_GRAD_CLIP:
-        return False
-    setting = "off" if grad_clip <= 0 else f"{grad_clip:g}"
-    message = (
-        f"model: token_normalized with grad_clip {setting}: the per-token loss's gradient norm is about 1 "
-        "(ESPnet's per-utterance loss: 5-100), so clipping at this level acts only on the first steps and "
-        "Adam then takes several-fold smaller steps (docs/training_dynamics.md). "
-        f"Set grad_clip: {TOKEN_NORMALIZED_MAX_GRAD_CLIP:g} (or lower)."
-    )
-    logging.warning(message)
-    warnings.warn(message, GradClipWarning, stacklevel=2)
-    return True
-
-
-def check_normalize_stats(frontend: Optional[torch.nn.Module], normalize: Optional[torch.nn.Module]) -> None:
-    """``feats_stats.npz`` (``normalize: global_mvn``) has one mean per frontend output dimension.
-
-    Raises:
-        ValueError: the statistics' dimension differs from
-            ``frontend.output_size()``; names the stats file and the fix.
-    """
-    mean = getattr(normalize, "mean", None)
-    if frontend is None or not isinstance(mean, torch.Tensor):
-        return
-    if mean.numel() != frontend.output_size():
-        stats_file = getattr(normalize, "stats_file", "the statistics file")
-        raise ValueError(
-            f"{stats_file} holds statistics of {mean.numel()}-dimensional features, but the frontend gives "
-            f"{frontend.output_size()} (n_mels). The statistics come from another frontend setting: re-run "
-            "collect-stats (recipe stage 10) with this config, or point normalize_conf stats_file at the matching file."
-        )
-
 
 # ------------------------------------------------------------------------------------------- training start
 
@@ -528,30 +381,9 @@ def training_min_samples(args: argparse.Namespace) -> int:
     return min_input_samples(int(conf.get("n_fft", 512)), int(conf.get("hop_length", 128)), min_frames)
 
 
-PLUGIN_SWITCHES = {"batch_type": ("dynres",), "valid_batch_type": ("dynres",), "frontend": ("dynres",),
-                   "specaug": ("dynres",), "model": ("dynres", "token_normalized")}
-
-
-def plugin_switches_on(args: argparse.Namespace) -> List[str]:
-    """The plugin's switches set in ``args`` (``["batch_type: dynres", ...]``); empty for stock ESPnet.
-
-    Every check of this module that runs inside ESPnet's own code paths runs
-    only when this is non-empty, so importing the plugin leaves a stock
-    configuration exactly as ESPnet runs it.
-    """
-    return [f"{key}: {getattr(args, key)}" for key, values in PLUGIN_SWITCHES.items()
-            if getattr(args, key, None) in values]
-
 
 RAW_AUDIO_TYPES = ("sound", "multi_columns_sound", "variable_columns_sound", "sound_with_rate")
 # The switches that compute features from raw audio at a per-utterance frame rate.
-RAW_AUDIO_SWITCHES = ("batch_type", "valid_batch_type", "frontend")
-
-
-def dynres_switches(args: argparse.Namespace, keys: Sequence[str] = RAW_AUDIO_SWITCHES) -> List[str]:
-    """Those of ``keys`` set to ``dynres`` in ``args``, as ``["batch_type: dynres", ...]`` (for messages)."""
-    return [f"{key}: dynres" for key in keys if getattr(args, key, None) == "dynres"]
-
 
 def check_raw_audio_data(args: argparse.Namespace, data_files: Sequence[Tuple[str, str, str]]) -> None:
     """``frontend: dynres`` / ``batch_type: dynres`` read the ``speech`` data as raw audio.
@@ -606,3 +438,31 @@ def check_training_data(args: argparse.Namespace, iter_options) -> None:
     for path, name, kind in data_files:
         if name == "text" and kind == "text":
             check_transcripts(path)
+
+
+def check_sampling_rate(args: argparse.Namespace, data_files: Sequence[Tuple[str, str, str]],
+                        files_to_check: int = 3) -> None:
+    """Reject training audio whose sampling rate differs from ``frontend_conf.fs`` (``frontend: dynres`` only).
+
+    Reads the headers of the first ``files_to_check`` entries of each ``sound`` data file
+    (``utt_id path``) with :func:`check_audio_file`.
+
+    Args:
+        args: the task's arguments (``frontend``, ``frontend_conf``).
+        data_files: ``(path, name, type)`` as in ``--train_data_path_and_name_and_type``.
+
+    Raises:
+        ValueError: naming the utterance, its rate, ``fs`` and the fix.
+    """
+    if getattr(args, "frontend", None) != "dynres":
+        return
+    from espnet_dynres.asr.frontend.dynres import DynResFrontend  # noqa: PLC0415 (the frontend imports this module)
+
+    fs = DynResFrontend(**(args.frontend_conf or {})).fs
+    for path, _name, kind in data_files:
+        if kind != "sound":
+            continue
+        with open(path, encoding="utf-8") as f:
+            for _, line in zip(range(files_to_check), f):
+                utt, audio = line.rstrip("\n").split(maxsplit=1)
+                check_audio_file(utt, audio, fs_hz=fs, mono=False)

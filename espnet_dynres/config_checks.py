@@ -1,0 +1,259 @@
+"""Checks of settings (YAML keys and their combinations), each failing with a message that names the key and the fix.
+
+===========================================  ==========================================  ================
+problem                                      function                                    called from
+===========================================  ==========================================  ================
+typos in ``*_conf``                          :func:`check_task_conf_keys`                model build
+                                                                                         (:func:`with_conf_key_check`)
+options the chosen sampler/model ignores     :func:`check_sampler_arguments`             model and iterator build
+dynres switches with ``model: espnet``       :func:`check_model`                         (:func:`check_sampler_arguments`)
+dynres switches with extracted features      :func:`check_raw_audio_switches`            (:func:`check_sampler_arguments`)
+``feats_stats.npz`` of another size          :func:`check_normalize_stats`               ``model: token_normalized``
+``grad_clip`` for the per-token loss         :func:`check_token_normalized_grad_clip`    model build (warning)
+===========================================  ==========================================  ================
+
+Every check raises ``ValueError`` except :func:`check_conf_keys`, which raises ``TypeError`` as
+Python does for an unexpected keyword argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import inspect
+import logging
+import warnings
+from typing import Callable, Iterable, Mapping, Optional, Set
+
+import torch
+
+from espnet_dynres.plugin_switches import dynres_switches, plugin_switches_on
+from espnet_dynres.task_arguments import SAMPLER_ARGUMENTS
+
+def closest_key(key: str, valid: Iterable[str]) -> Optional[str]:
+    """The valid key most similar to ``key`` (``difflib``), or ``None`` if none is close."""
+    matches = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def accepted_keywords(cls: type) -> Optional[Set[str]]:
+    """Keyword names ``cls(...)`` accepts, following ``**kwargs`` up the MRO; ``None`` if open-ended."""
+    names: Set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object or "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            return names
+    return None
+
+
+def check_conf_keys(conf: Optional[Mapping], cls: type, conf_name: str) -> None:
+    """Every key of ``conf`` is an argument of ``cls``; a typo gets the closest valid key.
+
+    Raises:
+        TypeError: ``<conf_name>`` has an unknown key; the message suggests the
+            closest valid key and lists the valid ones.
+    """
+    valid = accepted_keywords(cls)
+    if not conf or valid is None:
+        return
+    for key in conf:
+        if key not in valid:
+            guess = closest_key(key, valid)
+            hint = f"did you mean {guess!r}? " if guess else ""
+            raise TypeError(
+                f"{conf_name} has an unknown key {key!r} for {cls.__name__}; {hint}"
+                f"valid keys: {', '.join(sorted(valid))}."
+            )
+
+
+def check_task_conf_keys(task: type, args: argparse.Namespace) -> None:
+    """:func:`check_conf_keys` for every ``--<name>`` / ``--<name>_conf`` pair of an ESPnet task.
+
+    E.g. ``frontend_conf`` against the chosen frontend class, ``model_conf``
+    against the model class (``ESPnetASRModel``'s arguments for
+    ``model: token_normalized``).
+
+    Raises:
+        TypeError: the first unknown key (see :func:`check_conf_keys`).
+    """
+    for choices in task.class_choices_list:
+        chosen = getattr(args, choices.name, None)
+        if chosen is None:
+            continue
+        if choices.name == "frontend" and getattr(args, "input_size", None) is not None:
+            continue  # extracted features: ESPnet builds no frontend and ignores frontend_conf
+        check_conf_keys(getattr(args, f"{choices.name}_conf", None), choices.get_class(chosen), f"{choices.name}_conf")
+
+
+def with_conf_key_check(build_model: Callable) -> Callable:
+    """Wrap a task's ``build_model(cls, args)`` so that, when a plugin switch is on
+    (:func:`plugin_switches_on`), conf typos fail first, with a suggestion, and ``grad_clip``
+    is checked against ``model: token_normalized``; a stock configuration goes straight
+    to ESPnet's method."""
+
+    @functools.wraps(build_model)
+    def checked(cls, args: argparse.Namespace):
+        if not plugin_switches_on(args):
+            return build_model(cls, args)
+        check_task_conf_keys(cls, args)
+        check_token_normalized_grad_clip(args)
+        return build_model(cls, args)
+
+    return checked
+
+
+TOKEN_NORMALIZED_MAX_GRAD_CLIP = 1.0
+
+
+class GradClipWarning(UserWarning):
+    """``grad_clip`` too high (or off) for the per-token loss of ``model: token_normalized``."""
+
+
+def check_token_normalized_grad_clip(args: argparse.Namespace) -> bool:
+    """Warn when ``model: token_normalized`` trains with ``grad_clip`` above 1 or without clipping.
+
+    Why (measured in ``docs/training_dynamics.md``): the per-token loss is
+    ESPnet's loss times ``B / N`` (utterances / target tokens), so its gradient
+    norm is about ``N / B`` times smaller: about 1 after the first few dozen
+    steps, where ESPnet's per-utterance gradients are 5–100 and ESPnet's usual
+    ``grad_clip: 5`` clips most steps.  With ``grad_clip: 5`` the per-token
+    loss is clipped only in the first steps, whose gradients are 10–80 times
+    the later ones; Adam's second moment (``beta2 = 0.999``, a memory of ~1000
+    steps) keeps them, so later updates shrink several-fold and the
+    attention decoder learns more slowly than with ESPnet's loss.  With
+    ``grad_clip`` at or below the per-token norm (``1``) every step is clipped to
+    the same norm, as ESPnet's steps are, and the per-token loss learns as fast.
+
+    Returns:
+        True if a warning was issued (``GradClipWarning`` and a log line naming
+        the fix); False otherwise (another model, collect-stats, or
+        ``0 < grad_clip <= 1``).
+    """
+    if getattr(args, "model", None) != "token_normalized" or getattr(args, "collect_stats", False):
+        return False
+    grad_clip = float(getattr(args, "grad_clip", 5.0))
+    if 0 < grad_clip <= TOKEN_NORMALIZED_MAX_GRAD_CLIP:
+        return False
+    setting = "off" if grad_clip <= 0 else f"{grad_clip:g}"
+    message = (
+        f"model: token_normalized with grad_clip {setting}: the per-token loss's gradient norm is about 1 "
+        "(ESPnet's per-utterance loss: 5-100), so clipping at this level acts only on the first steps and "
+        "Adam then takes several-fold smaller steps (docs/training_dynamics.md). "
+        f"Set grad_clip: {TOKEN_NORMALIZED_MAX_GRAD_CLIP:g} (or lower)."
+    )
+    logging.warning(message)
+    warnings.warn(message, GradClipWarning, stacklevel=2)
+    return True
+
+
+def check_normalize_stats(frontend: Optional[torch.nn.Module], normalize: Optional[torch.nn.Module]) -> None:
+    """``feats_stats.npz`` (``normalize: global_mvn``) has one mean per frontend output dimension.
+
+    Raises:
+        ValueError: the statistics' dimension differs from
+            ``frontend.output_size()``; names the stats file and the fix.
+    """
+    mean = getattr(normalize, "mean", None)
+    if frontend is None or not isinstance(mean, torch.Tensor):
+        return
+    if mean.numel() != frontend.output_size():
+        stats_file = getattr(normalize, "stats_file", "the statistics file")
+        raise ValueError(
+            f"{stats_file} holds statistics of {mean.numel()}-dimensional features, but the frontend gives "
+            f"{frontend.output_size()} (n_mels). The statistics come from another frontend setting: re-run "
+            "collect-stats (recipe stage 10) with this config, or point normalize_conf stats_file at the matching file."
+        )
+
+
+def check_sampler_arguments(args: argparse.Namespace) -> None:
+    """Refuse options that the chosen iterator or model would silently ignore.
+
+    Raises:
+        ValueError: a :data:`SAMPLER_ARGUMENTS` option set without ``batch_type``
+            or ``valid_batch_type`` ``dynres``; ``batch_type: dynres`` with an
+            ``iterator_type`` other than ``sequence`` (only ESPnet's sequence
+            iterator uses a batch sampler); ``batch_type``, ``frontend`` or
+            ``specaug`` ``dynres`` with a model that does not pass the plan and
+            the frame rates (:func:`check_model`); ``frontend_conf.curriculum_epochs``
+            without ``batch_type: dynres`` (the curriculum is part of the sampler's plan).
+    """
+    dynres = "dynres" in (getattr(args, "batch_type", None), getattr(args, "valid_batch_type", None))
+    for name in SAMPLER_ARGUMENTS:
+        if getattr(args, name, None) is not None and not dynres:
+            raise ValueError(
+                f"{name}: {getattr(args, name)} applies to batch_type dynres only, but batch_type is "
+                f"{getattr(args, 'batch_type', None)!r}; remove {name} or set batch_type: dynres."
+            )
+    for key in ("iterator_type", "valid_iterator_type"):
+        kind = getattr(args, key, None)
+        if dynres and kind not in (None, "sequence"):
+            raise ValueError(
+                f"batch_type dynres needs {key}: sequence (ESPnet's {kind!r} iterator does not use a batch "
+                f"sampler, so the dynres plan would be ignored); got {key}: {kind}."
+            )
+    check_model(args)
+    check_raw_audio_switches(args)
+    curriculum = (getattr(args, "frontend_conf", None) or {}).get("curriculum_epochs", 0) or 0
+    if getattr(args, "frontend", None) == "dynres" and curriculum > 0 and getattr(args, "batch_type", None) != "dynres":
+        raise ValueError(
+            f"frontend_conf curriculum_epochs: {curriculum} is applied by the dynres sampler's plan, but batch_type "
+            f"is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove curriculum_epochs."
+        )
+
+
+def check_raw_audio_switches(args: argparse.Namespace) -> None:
+    """``batch_type: dynres`` and ``frontend: dynres`` need raw audio: refuse extracted features.
+
+    With ``input_size`` set (``asr.sh --feats_type extracted`` or ``fbank_pitch`` passes it),
+    ESPnet builds no frontend and feeds the features ``(B, T_frames, D)`` straight to the
+    encoder, silently dropping ``frontend: dynres``; a dynres plan of frame rates then has
+    nothing to act on.
+
+    Raises:
+        ValueError: naming the switch, ``input_size`` and the two fixes (raw audio, or
+            ``batch_type: numel`` with ``model: token_normalized``, which works on features).
+    """
+    input_size = getattr(args, "input_size", None)
+    if input_size is None:
+        return
+    switches = dynres_switches(args)
+    if switches:
+        raise ValueError(
+            f"{', '.join(switches)} computes features at a per-utterance frame rate from raw audio, but "
+            f"input_size: {input_size} means extracted features (asr.sh --feats_type extracted/fbank_pitch), for "
+            "which ESPnet builds no frontend. Train on raw audio (asr.sh --feats_type raw) with the dynres "
+            "switches, or keep the features and use batch_type: numel and frontend: null (model: "
+            "token_normalized and its BatchNorm re-estimate work on features)."
+        )
+
+
+def check_model(args: argparse.Namespace) -> None:
+    """The dynres switches need a model that passes the plan and the rates as arguments.
+
+    ``batch_type: dynres``, ``frontend: dynres`` and ``specaug: dynres`` need
+    ``model: dynres`` (ESPnet's loss) or ``model: token_normalized`` (per-token
+    loss), i.e. a :class:`DynResASRModel`: with ESPnet's ``model: espnet`` the
+    frontend would never see the sampler's plan and SpecAugment never the rates.
+
+    Raises:
+        ValueError: naming the switches and the two models to choose from.
+    """
+    switches = dynres_switches(args, ("batch_type", "frontend", "specaug"))
+    name = getattr(args, "model", None)
+    if not switches or name is None:
+        return
+    from espnet2.tasks import asr as espnet_asr  # noqa: PLC0415 (ESPnet's task imports every model)
+
+    from espnet_dynres.asr.dynres_model import DynResASRModel  # noqa: PLC0415 (the models import this module)
+
+    model_class = espnet_asr.model_choices.classes.get(name.lower())  # ESPnet's choices are case-insensitive
+    if model_class is None or not issubclass(model_class, DynResASRModel):
+        raise ValueError(
+            f"{', '.join(switches)} needs model: dynres (ESPnet's loss) or model: token_normalized (per-token "
+            f"loss), which pass the sampler's plan to the frontend and the frame rates to SpecAugment; got "
+            f"model: {name}."
+        )
