@@ -183,7 +183,7 @@ def run_sampler(name: str, speech_shape: str, table, budget_frames: int, policy,
 # --------------------------------------------------------------------- main
 def table_rows(results: List[dict]) -> str:
     head = ("| corpus | sampler | batches | utts/batch median (5–95 %) | B×T / F mean, max | padding "
-            "| fallback batches | tokens/batch median (5–95 %) | tokens CV | composition change | build wall / CPU (s) |")
+            "| padded batches | tokens/batch median (5–95 %) | tokens CV | composition change | build wall / CPU (s) |")
     rows = [head, "|" + "---|" * 11]
     for r in results:
         bs, tok = r["batch_size"], r["tokens"]
@@ -193,7 +193,7 @@ def table_rows(results: List[dict]) -> str:
             f"| {bs['median']:.0f} ({bs['p5']:.0f}–{bs['p95']:.0f}) "
             f"| {r['frames_mean'] / r['budget_frames']:.2f}, {r['frames_max'] / r['budget_frames']:.2f} "
             f"| {r['padding_fraction']:.4f} "
-            f"| {r['num_fallback_batches'] if r['batch_type'] == 'dynres' else '–'} "
+            f"| {r['num_padded_batches'] if r['batch_type'] == 'dynres' else '–'} "
             f"| {tok['median']:.0f} ({tok['p5']:.0f}–{tok['p95']:.0f}) | {tok['cv']:.3f} | {change} "
             f"| {r['build_time_sec']:.2f} / {r['build_cpu_sec']:.2f} |"
         )

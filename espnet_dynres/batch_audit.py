@@ -10,7 +10,7 @@ utterances in seconds):
   every utterance has its standard frame count ``1 + samples // hop_length``
   and a batch is padded to its longest member (``T_b`` = max).  For ``dynres``
   a planned batch has ``B × T`` frames and no padding (every utterance is
-  brought to ``T``); a *fallback batch* (planned ``T`` is ``None``) is padded
+  brought to ``T``); a *padded batch* (planned ``T`` is ``None``) is padded
   to its longest member: at the frames the sampler planned for each member
   (``planned_utt_frames``, e.g. each at its lowest rate), or at the standard
   rate when those are not given;
@@ -147,7 +147,7 @@ class BatchAudit:
         total_frames: ``Σ B × T`` feature frames computed, padding included.
         padded_frames: of those, frames that are padding.
         padding_fraction: ``padded_frames / total_frames``.
-        num_fallback_batches: batches without a planned ``T`` (``dynres`` only;
+        num_padded_batches: batches without a planned ``T`` (``dynres`` only;
             0 for ESPnet's samplers, whose batches are all padded).
         tokens: per-batch target-token counts, ``None`` without a text shape file.
         composition_change: fraction of epoch-1 co-batched utterance pairs not
@@ -180,7 +180,7 @@ class BatchAudit:
     total_frames: int
     padded_frames: int
     padding_fraction: float
-    num_fallback_batches: int
+    num_padded_batches: int
     tokens: Optional[Distribution]
     composition_change: Optional[float]
     frame_rate_hz: Optional[Distribution] = None
@@ -298,7 +298,7 @@ def audit_batches(
             standard rate; omit for samplers that pad every batch (ESPnet's).
         planned_utt_frames: per batch of epoch 1, the planned frames of each
             member in batch order (``DynResBatchSampler.utt_frames_for_epoch``);
-            a fallback batch is then padded to its longest planned member instead
+            a padded batch is then padded to its longest planned member instead
             of being counted at the standard rate.  Needs ``planned_frames``.
         batch_type: name for the report.
         build_time_sec: measured build time to carry into the report.
@@ -333,7 +333,7 @@ def audit_batches(
         planned = np.fromiter((-1 if t is None else int(t) for t in planned_frames), dtype=np.int64,
                               count=len(sizes))
         if ((planned < 1) & (planned != -1)).any():
-            raise ValueError("a planned frame count must be >= 1 (or None for a fallback batch)")
+            raise ValueError("a planned frame count must be >= 1 (or None for a padded batch)")
     padded_batch = planned == -1
     # (B_total,) frames per utterance as planned: T of its batch, or (padded batch) its planned
     # count if given, else its standard count
@@ -375,7 +375,7 @@ def audit_batches(
         total_frames=total,
         padded_frames=padded,
         padding_fraction=padded / total if total else 0.0,
-        num_fallback_batches=int(padded_batch.sum()) if planned_frames is not None else 0,
+        num_padded_batches=int(padded_batch.sum()) if planned_frames is not None else 0,
         tokens=tokens,
         composition_change=change,
         frame_rate_hz=Distribution.of(utt_rate_hz),

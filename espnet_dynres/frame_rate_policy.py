@@ -50,10 +50,35 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import List, Optional, Sequence, Tuple, Union
 
 import humanfriendly
 import torch
+
+
+class BatchKind(str, Enum):
+    """How a training batch's frame counts were planned; the sampler records it per batch
+    (:meth:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler.kinds_for_epoch`).
+
+    * ``RULE``: one common ``T`` from the batch rule (rules 1–2 below), raised to the members'
+      CTC minimum where the clamp allows.
+    * ``LOWERED``: one common ``T`` below the rule's, lowered toward ``batch_bins / B`` (an
+      oversized utterance alone, a batch forced to ``min_batch_size`` under DDP, or
+      ``batch_fill: nearest``), never below ``fallback_frame_rate_hz`` or a CTC minimum.
+    * ``PADDED``: no common ``T``: each member at its own lowest frame count, zero-padded to the
+      longest (the sampler's *padded batch*; a plan, never at the standard rate).
+    * ``STANDARD``: every member at the standard rate, padded to the longest: a validation batch,
+      which the frontend computes in eval mode.
+
+    The frontend's *fallback batch* (rule 3: no plan and no common ``T``, computed at the
+    standard rate and padded) is not a plan and has no kind.
+    """
+
+    RULE = "rule"
+    LOWERED = "lowered"
+    PADDED = "padded"
+    STANDARD = "standard"
 
 
 def standard_frame_counts(num_samples, hop_length: int):

@@ -46,15 +46,15 @@ def test_padding_by_hand():
     assert audit.batch_padded_frames.tolist() == [6, 0]
 
 
-def test_planned_batches_have_no_padding_and_fallback_batches_do():
+def test_planned_batches_have_no_padding_and_padded_batches_do():
     t = table([9 * HOP, 3 * HOP, 7 * HOP])
     batches = [("utt000000", "utt000001"), ("utt000002",)]
     planned = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[7, 8])
     assert planned.padded_frames == 0 and planned.total_frames == 2 * 7 + 8
-    assert planned.num_fallback_batches == 0
-    fallback = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[None, 8])
-    assert fallback.padded_frames == 10 - 4 and fallback.num_fallback_batches == 1
-    # with the sampler's per-member plan, a fallback batch is padded to its longest planned member
+    assert planned.num_padded_batches == 0
+    padded = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[None, 8])
+    assert padded.padded_frames == 10 - 4 and padded.num_padded_batches == 1
+    # with the sampler's per-member plan, a padded batch is padded to its longest planned member
     lowest = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[None, 8],
                            planned_utt_frames=[(6, 3), (8,)])
     assert lowest.total_frames == 2 * 6 + 8 and lowest.padded_frames == 6 - 3
@@ -188,7 +188,7 @@ def test_dynres_has_no_padding_and_redraws(tmp_path):
     built = build_batches("dynres", shape_files[0], batch_bins=6000, policy=FrameRatePolicy(), seed=3)
     audit = audit_batches(read_shape_table(shape_files[0]), built.epoch1, built.epoch2,
                           hop_length_samples=HOP, fs_hz=FS, planned_frames=built.planned_frames)
-    assert audit.num_fallback_batches == 0 and audit.padding_fraction == 0.0
+    assert audit.num_padded_batches == 0 and audit.padding_fraction == 0.0
     assert [len(b) for b in built.planned_utt_frames] == [len(b) for b in built.epoch1]
     assert sorted(k for b in built.epoch1 for k in b) == sorted(read_shape_table(shape_files[0]).keys)
     assert ((audit.batch_frames <= 6000) | (audit.batch_sizes == 1)).all()

@@ -132,7 +132,7 @@ def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
         f"({audit.padded_frames} of {audit.total_frames} feature frames)",
     ]
     if audit.batch_type == "dynres":
-        lines.append(f"fallback batches      : {audit.num_fallback_batches} "
+        lines.append(f"padded batches        : {audit.num_padded_batches} "
                      "(each member at its lowest planned rate, padded to the longest)")
     if audit.num_below_clamp is not None:
         lines.append(f"below_clamp           : {audit.num_below_clamp} of {audit.num_utterances_in_batches} utterances "
@@ -358,6 +358,10 @@ def _audit(args: argparse.Namespace, stdout) -> int:
     if args.batch_type == "dynres":
         print(f"CTC minimum           : {ctc_note}")
         summary["ctc_minimum"] = ctc_note
+        kinds = [kind.value for kind in built.sampler.kinds_for_epoch(args.epoch)]
+        summary["batch_kinds"] = {name: kinds.count(name) for name in ("rule", "lowered", "padded")}
+        print("batch kinds           : " + ", ".join(f"{k} {n}" for k, n in summary["batch_kinds"].items())
+              + " (rule: the batch rule's T; lowered: T lowered to the budget; padded: no common T)")
     if args.dump_batches:
         Path(args.dump_batches).write_text(json.dumps({
             "epoch": args.epoch, "batches": [list(b) for b in built.epoch1], "frames": built.planned_frames,

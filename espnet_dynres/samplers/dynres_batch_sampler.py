@@ -12,7 +12,7 @@ from typeguard import typechecked
 
 from espnet2.samplers.abs_sampler import AbsSampler
 
-from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.frame_rate_policy import BatchKind, FrameRatePolicy
 from espnet_dynres.data_checks import blank_line_message
 
 OVERSIZED_ACTIONS = ("warn", "error")
@@ -247,7 +247,7 @@ class DynResBatchSampler(AbsSampler):
         ]
         self._log_samples = np.log(np.maximum(samples, 1).astype(np.float64))
         self._sorted = np.lexsort((np.arange(len(samples)), samples))  # by length, then file order
-        self._cache: Dict[int, Tuple[List[Tuple[str, ...]], List[Optional[int]], List[Tuple[int, ...]]]] = {}
+        self._cache: Dict[int, Tuple[List[Tuple[str, ...]], List[Optional[int]], List[Tuple[int, ...]], List[BatchKind]]] = {}
         self._warned: Set[str] = set()
         self._pending: Dict[str, str] = {}  # oversized utterances of the plan being built -> their message
         self._below_clamp: Dict[int, int] = {}  # epoch -> utterances planned below the clamp
@@ -271,9 +271,14 @@ class DynResBatchSampler(AbsSampler):
         return list(self._plan(epoch)[0])
 
     def frames_for_epoch(self, epoch: int) -> List[Optional[int]]:
-        """Planned ``T`` per batch of ``epoch``; ``None`` for a fallback batch (each member at its own
+        """Planned ``T`` per batch of ``epoch``; ``None`` for a padded batch (each member at its own
         planned count, padded to the longest: :meth:`utt_frames_for_epoch`)."""
         return list(self._plan(epoch)[1])
+
+    def kinds_for_epoch(self, epoch: int) -> List[BatchKind]:
+        """How each batch of ``epoch`` was planned (:class:`~espnet_dynres.frame_rate_policy.BatchKind`);
+        validation batches (``shuffle=False``) are ``STANDARD``."""
+        return list(self._plan(epoch)[3])
 
     def utt_frames_for_epoch(self, epoch: int) -> List[Tuple[int, ...]]:
         """Planned feature frames per utterance, batch by batch (aligned with :meth:`batches_for_epoch`)."""
@@ -285,9 +290,9 @@ class DynResBatchSampler(AbsSampler):
         self._plan(epoch)
         return self._below_clamp[int(epoch)]
 
-    def num_fallback_batches_for_epoch(self, epoch: int) -> int:
-        """How many batches of ``epoch`` are fallback batches (each member at its lowest planned rate,
-        padded to the longest)."""
+    def num_padded_batches_for_epoch(self, epoch: int) -> int:
+        """How many batches of ``epoch`` are padded batches (:attr:`BatchKind.PADDED` in training: each
+        member at its lowest planned rate, padded to the longest)."""
         return sum(t is None for t in self._plan(epoch)[1])
 
     @property
@@ -299,14 +304,14 @@ class DynResBatchSampler(AbsSampler):
         return self.frames_for_epoch(self.epoch)
 
     @property
-    def num_fallback_batches(self) -> int:
-        return self.num_fallback_batches_for_epoch(self.epoch)
+    def num_padded_batches(self) -> int:
+        return self.num_padded_batches_for_epoch(self.epoch)
 
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}(N-batch={len(self)} (epoch {self.epoch}), batch_bins={self.batch_bins}, "
             f"frame rates {self.policy.min_frame_rate_hz:g}-{self.policy.max_frame_rate_hz:g} Hz, "
-            f"shuffle={self.shuffle}, fallback batches={self.num_fallback_batches}, "
+            f"shuffle={self.shuffle}, padded batches={self.num_padded_batches}, "
             f"below_clamp={self.num_below_clamp_for_epoch(self.epoch)} utterances)"
         )
 
@@ -403,7 +408,7 @@ class DynResBatchSampler(AbsSampler):
             current, longest = [i], std_[i]
         return self._close_last(batches, current)
 
-    def _padded_frames(self, batch: List[int]) -> Tuple[int, Tuple[int, ...]]:
+    def _padded_frames(self, batch: List[int]) -> Tuple[int, Tuple[int, ...], BatchKind]:
         """Validation batch: ``(padded T = longest standard frame count, standard frames per utterance)``;
         a lone utterance over the budget is named (``oversized``) as in :meth:`_frames`."""
         counts = tuple(self._std[i] for i in batch)
@@ -416,7 +421,7 @@ class DynResBatchSampler(AbsSampler):
                 f"the standard rate, more than valid_batch_bins={self.batch_bins}",
                 "raise valid_batch_bins, split the recording, or set oversized: warn.",
             )
-        return t, counts
+        return t, counts, BatchKind.STANDARD
 
     def _sort_members(self, groups: List[List[int]]) -> List[List[int]]:
         """Each group's members by length (ascending; ties by file order), in one numpy sort."""
@@ -438,8 +443,10 @@ class DynResBatchSampler(AbsSampler):
         std = np.add.reduceat(self._std_arr[flat], starts)
         return lo.tolist(), hi.tolist(), std.tolist()
 
-    def _frames(self, batch: List[int], epoch: int, lo: int, hi: int, total_std: int) -> Tuple[Optional[int], Tuple[int, ...]]:
-        """Planned ``T`` (``None`` = a padded batch) and frames per utterance of one batch.
+    def _frames(
+        self, batch: List[int], epoch: int, lo: int, hi: int, total_std: int
+    ) -> Tuple[Optional[int], Tuple[int, ...], BatchKind]:
+        """Planned ``T`` (``None`` = a padded batch), frames per utterance and kind of one batch.
 
         ``lo``, ``hi``, ``total_std`` come from :meth:`_group_ranges`.  Rule 1 of
         :class:`FrameRatePolicy` on them; if the intersection is empty, rule 2
@@ -465,16 +472,19 @@ class DynResBatchSampler(AbsSampler):
             # (rule (d)); raise T to it where the clamp allows.
             if t < need <= hi:
                 t = need
+            kind = BatchKind.RULE
             if size * t > self.batch_bins:  # lower toward the budget, inside the clamp
                 fb_floor = max(self._fallback_lo[i] for i in batch)
-                t = max(fb_floor, need if need <= hi else fb_floor, min(t, self.batch_bins // size))
+                lowered = max(fb_floor, need if need <= hi else fb_floor, min(t, self.batch_bins // size))
+                kind = BatchKind.LOWERED if lowered < t else kind
+                t = lowered
                 if size * t > self.batch_bins:
                     self._name_oversized(batch, t)
-            return t, (t,) * size
+            return t, (t,) * size, kind
         counts = tuple(min(c, self._hi[i]) for c, i in zip(lowest, batch))
         if size * max(counts) > self.batch_bins:
             self._name_oversized(batch, max(counts))
-        return None, counts
+        return None, counts, BatchKind.PADDED
 
     def _name_oversized(self, batch: List[int], t: int) -> None:
         """Name the batch's longest utterance in the plan's summary (``oversized="warn"``) or refuse it
@@ -555,18 +565,19 @@ class DynResBatchSampler(AbsSampler):
             perm = list(range(len(groups)))
             if self.sort_batch == "descending":
                 perm.reverse()
-        batches, frames, utt_frames = [], [], []
+        batches, frames, utt_frames, kinds = [], [], [], []
         for j in perm:
             group = groups[j]
-            t, per_utt = planned[j]
+            t, per_utt, kind = planned[j]
             if self.sort_in_batch == "descending":
                 group, per_utt = group[::-1], per_utt[::-1]
             batches.append(tuple(self.keys[i] for i in group))
             frames.append(t)
+            kinds.append(kind)
             utt_frames.append(tuple(per_utt))
         if self.shuffle:
             flat = [i for g in groups for i in g]
-            flat_frames = [c for _, per in planned for c in per]
+            flat_frames = [c for _, per, _ in planned for c in per]
             below = int(self.policy.below_clamp(self._samples_arr[flat], flat_frames).sum()) if flat else 0
         else:
             below = 0  # validation: every utterance at the standard rate
@@ -574,5 +585,5 @@ class DynResBatchSampler(AbsSampler):
         self._summarize(epoch, below)
         if len(self._cache) >= 4:
             self._cache.pop(next(iter(self._cache)))
-        self._cache[epoch] = (batches, frames, utt_frames)
+        self._cache[epoch] = (batches, frames, utt_frames, kinds)
         return self._cache[epoch]

@@ -39,7 +39,8 @@ def test_cli_end_to_end(tmp_path, shape_files, capsys, batch_type, extra):
     assert result["num_utterances"] == result["num_utterances_in_batches"] == 150
     assert sum(result["tokens"][k] is not None for k in ("min", "p5", "median", "p95", "max", "cv")) == 6
     if batch_type == "dynres":
-        assert result["padding_fraction"] == 0.0 and result["num_fallback_batches"] == 0
+        assert result["padding_fraction"] == 0.0 and result["num_padded_batches"] == 0
+        assert sum(result["batch_kinds"].values()) == result["num_batches"] and result["batch_kinds"]["padded"] == 0
     else:
         assert result["composition_change"] == 0.0
         assert 0.0 < result["padding_fraction"] < 0.5

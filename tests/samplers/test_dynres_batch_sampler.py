@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
-from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.frame_rate_policy import BatchKind, FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import RECIPE_FRONTEND, write_shape_files
 
@@ -37,19 +37,22 @@ def lone_frames(num_samples, batch_bins):
 def test_each_utterance_once_per_epoch_and_budget_kept(tmp_path, durations, batch_bins, epoch, seed, batch_fill):
     sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, seed=seed, batch_fill=batch_fill)
     batches, frames = sampler.batches_for_epoch(epoch), sampler.frames_for_epoch(epoch)
+    kinds = sampler.kinds_for_epoch(epoch)
     counts = collections.Counter(k for batch in batches for k in batch)
     assert set(counts) == set(utt2samples) and set(counts.values()) == {1}
-    for batch, planned in zip(batches, frames):
+    for batch, planned, kind in zip(batches, frames, kinds):
         lengths = [utt2samples[k] for k in batch]
         assert planned is not None  # min_batch_size=1: every batch has a common T
         if len(batch) == 1:
             assert planned == lone_frames(lengths[0], batch_bins)
+            rule = POLICY.standard_frame_count(lengths[0])
+            assert kind == (BatchKind.RULE if planned == rule else BatchKind.LOWERED)
             continue
         rule = POLICY.common_frame_count(lengths)
         if len(batch) * rule <= batch_bins:
-            assert planned == rule
+            assert planned == rule and kind == BatchKind.RULE
         else:  # rule (e): joined nearest to the budget, T lowered to it inside every member's clamp
-            assert batch_fill == "nearest" and planned == batch_bins // len(batch)
+            assert batch_fill == "nearest" and planned == batch_bins // len(batch) and kind == BatchKind.LOWERED
             assert all(POLICY.frame_count_range(n)[0] <= planned for n in lengths)
         assert len(batch) * planned <= batch_bins  # hard budget: only a lone utterance may exceed it
 
@@ -116,6 +119,7 @@ def test_ddp_min_batch_size(tmp_path, durations, batch_bins, world_size, epoch):
 def test_validation_batches_are_fixed_and_sorted(tmp_path):
     sampler, utt2samples = build(tmp_path, [0.5 + 0.1 * i for i in range(60)], batch_bins=1500, shuffle=False)
     assert sampler.batches_for_epoch(1) == sampler.batches_for_epoch(2)
+    assert set(sampler.kinds_for_epoch(1)) == {BatchKind.STANDARD}
     longest = [max(utt2samples[k] for k in b) for b in sampler.batches_for_epoch(1)]
     assert longest == sorted(longest)
 
@@ -168,7 +172,7 @@ def test_frontend_computes_the_planned_frames(tmp_path):
         assert feats_lengths.tolist() == list(per_utt)
         assert feats.shape[1] == per_utt[0]
         checked += 1
-    assert checked > 10 and sampler.num_fallback_batches_for_epoch(2) == 0
+    assert checked > 10 and sampler.num_padded_batches_for_epoch(2) == 0
     assert len(sampler) < len(durations)  # it does batch
 
 
@@ -223,6 +227,8 @@ def test_ddp_budget_holds_unless_an_utterance_cannot_meet_its_share(tmp_path, du
     sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, min_batch_size=world_size, seed=seed)
     batches, per_utt = sampler.batches_for_epoch(epoch), sampler.utt_frames_for_epoch(epoch)
     assert sorted(k for b in batches for k in b) == sorted(utt2samples)  # each utterance once
+    for planned, kind in zip(sampler.frames_for_epoch(epoch), sampler.kinds_for_epoch(epoch)):
+        assert (planned is None) == (kind == BatchKind.PADDED)  # the kind says what the plan is
     for batch, frames in zip(batches, per_utt):
         if len(utt2samples) >= world_size:
             assert len(batch) >= world_size  # every rank gets an utterance
@@ -262,6 +268,11 @@ def test_frontend_computes_a_padded_batch_at_its_planned_rates():
     feats, feats_lengths, _, fallback = frontend.features(torch.randn(2, 16000 * 4) * 0.1, lengths, plan)
     assert feats_lengths.tolist() == [201, 51] and feats.shape[1] == 201
     assert bool((feats[1, 51:] == 0).all()) and not fallback
+    # A padded plan that happens to equal the standard counts is still computed as planned, not
+    # taken for a fallback batch: the plan is what the frontend computes.
+    standard = torch.tensor([401, 101])
+    out = frontend.features(torch.randn(2, 16000 * 4) * 0.1, lengths, standard)
+    assert out.feats_lengths.tolist() == [401, 101] and not out.fallback and out.frame_rates_hz is not None
 
 
 def test_frontend_refuses_a_plan_it_cannot_produce():

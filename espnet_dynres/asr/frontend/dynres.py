@@ -375,12 +375,11 @@ class DynResFrontend(AbsFrontend):
             planned: ``(B,)`` int64 planned frames per utterance.
 
         Returns:
-            ``(feats_lengths (B,) int64, fallback)``: frame counts each reachable by
-            its utterance between ``fallback_frame_rate_hz`` and
-            ``max_frame_rate_hz`` (one common ``T``: a dynamic batch; different
-            counts: a batch padded at those rates, the sampler's *padded batch*),
-            or exactly the standard frame counts (``fallback``: standard rate,
-            padded, as ``DefaultFrontend``).
+            ``(feats_lengths (B,) int64, False)``: the plan itself, computed as planned; each count
+            must be reachable by its utterance between ``fallback_frame_rate_hz`` and
+            ``max_frame_rate_hz`` (one common ``T`` for a rule or lowered batch, one count per
+            member for the sampler's padded batch, :class:`~espnet_dynres.frame_rate_policy.BatchKind`).
+            A plan is never a fallback batch: that is the frontend's own rule 3, without a plan.
 
         Raises:
             ValueError: a plan of the wrong shape, or one this policy cannot
@@ -392,8 +391,6 @@ class DynResFrontend(AbsFrontend):
                 f"speech_frames has {len(counts)} entries for a batch of {len(lengths)} utterances "
                 "(the iterator's plan does not match the batch)"
             )
-        if counts == [self.policy.standard_frame_count(n) for n in lengths] and len(set(counts)) > 1:
-            return planned.long(), True
         for n, t in zip(lengths, counts):
             lo = self.policy.frame_count_range(n, self.policy.fallback_frame_rate_hz)[0]
             hi = self.policy.frame_count_range(n)[1]
