@@ -26,7 +26,8 @@ Inside the allowed interval the policy takes the frame shift closest to the
 standard ``hop_length``, so an utterance whose ``T`` equals its standard frame
 count is analysed exactly as ESPnet's ``DefaultFrontend`` would.
 
-The batch rule (:meth:`FrameRatePolicy.batch_frame_counts`):
+The batch rule (:meth:`FrameRatePolicy.common_frame_count`; whether a batch fits, and rules 1–3 for a
+whole batch: :class:`espnet_dynres.batch_constraint.BatchConstraint`):
 
 1. ``T`` = the mean of the utterances' standard frame counts times
    ``target_frame_rate_hz / standard rate`` (1 by default: the mean standard
@@ -51,7 +52,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import humanfriendly
 import torch
@@ -298,18 +299,6 @@ class FrameRatePolicy:
             progress = (max(epoch, 1) - 1) / self.curriculum_epochs  # 0 at epoch 1
             t = lo + int(math.floor((t - lo) * progress))
         return t
-
-    def batch_frame_counts(self, num_samples: Sequence[int], epoch: Optional[int] = None) -> Tuple[List[int], bool]:
-        """Frames per utterance for a training batch and whether it is a fallback batch.
-
-        Rules 1–3 of the module docstring.  Returns ``(frame counts, fallback)``;
-        outside fallback all counts are equal.
-        """
-        for low_rate in (self.min_frame_rate_hz, self.fallback_frame_rate_hz):
-            t = self.common_frame_count(num_samples, min_rate_hz=low_rate, epoch=epoch)
-            if t is not None:
-                return [t] * len(num_samples), False
-        return [self.standard_frame_count(n) for n in num_samples], True
 
     def frame_shift_samples(self, num_samples: int, num_frames: int, fs_hz: Optional[int] = None) -> float:
         """Frame shift (samples, fractional) that gives ``num_frames`` frames: :meth:`frame_shifts_samples`

@@ -88,16 +88,6 @@ def test_curriculum_starts_at_the_lowest_rates_and_never_exceeds_the_rule(length
     assert per_epoch[4] == per_epoch[5] == rule  # from epoch N + 1 on: the normal rule
 
 
-def test_fallback_rule_relaxes_the_lower_limit_then_pads():
-    # 1 s and 2.2 s: beyond 130/70, within 130/50 -> common T at rates >= 50 Hz.
-    counts, fallback = POLICY.batch_frame_counts([16000, 35200])
-    assert not fallback and len(set(counts)) == 1
-    assert POLICY.frame_rate_hz(35200, counts[0]) >= 50.0
-    # 1 s and 4 s: no common T even at 50 Hz -> standard rate, padded.
-    counts, fallback = POLICY.batch_frame_counts([16000, 64000])
-    assert fallback and counts == [101, 401]
-
-
 @settings(max_examples=50, deadline=None)
 @given(samples=st.lists(st.integers(0, 10**8), min_size=1, max_size=50), low=st.sampled_from([None, 50.0, 70.0]))
 def test_vectorized_frame_count_ranges_equal_the_scalar_ones(samples, low):

@@ -12,6 +12,7 @@ from typeguard import typechecked
 
 from espnet2.samplers.abs_sampler import AbsSampler
 
+from espnet_dynres.batch_constraint import BatchConstraint
 from espnet_dynres.frame_rate_policy import BatchKind, FrameRatePolicy
 from espnet_dynres.data_checks import blank_line_message
 
@@ -215,6 +216,7 @@ class DynResBatchSampler(AbsSampler):
             )
         self.batch_bins = batch_bins
         self.max_batch_size = max_batch_size
+        self.constraint = BatchConstraint(policy, batch_bins, max_batch_size)  # rules (a)-(d)
         self.shape_files = list(shape_files)
         self.policy = policy
         self.sort_in_batch = sort_in_batch
@@ -331,8 +333,9 @@ class DynResBatchSampler(AbsSampler):
         return np.lexsort((np.arange(len(key)), key))
 
     def _group(self, order: np.ndarray) -> List[List[int]]:
-        """Greedy grouping of utterance indices in ``order`` (rules (a)–(e) of the class docstring)."""
-        pick = self.policy.pick_frame_count
+        """Greedy grouping of utterance indices in ``order``: rules (a)–(d) of the class docstring are
+        :attr:`constraint`'s (:class:`~espnet_dynres.batch_constraint.BatchConstraint`), (e) is here."""
+        pick, admits = self.policy.pick_frame_count, self.constraint.admits
         budget, max_bs, min_bs = self.batch_bins, self.max_batch_size or math.inf, self.min_batch_size
         nearest = self.batch_fill == "nearest"
         lo_, hi_, std_, min_ = self._lo, self._hi, self._std, self._min
@@ -349,14 +352,14 @@ class DynResBatchSampler(AbsSampler):
                 new_hi = hi if hi < u_hi else u_hi
                 new_need = need if need > u_min else u_min
                 t = pick(new_lo, new_hi, total_std + std_[i], size) if new_lo <= new_hi else None
-                fits = t is not None and size * t <= budget and size <= max_bs and t >= new_need
+                fits = t is not None and admits(t, size, new_need)
                 if not fits and nearest and t is not None and size <= max_bs:
                     # Rule (e): over the budget at the rule's T by less than the room the batch
                     # leaves without this utterance -> join at T = budget // size (frames).
                     over = size * t - budget
                     room = budget - (size - 1) * pick(lo, hi, total_std, size - 1)
                     t = budget // size
-                    fits = 0 < over < room and t >= new_lo and t >= new_need
+                    fits = 0 < over < room and admits(t, size, new_lo if new_lo > new_need else new_need)
                 if fits:
                     current.append(i)
                     lo, hi, need = new_lo, new_hi, new_need
@@ -391,15 +394,14 @@ class DynResBatchSampler(AbsSampler):
         """Validation grouping by the cost the frontend really computes in eval mode: every
         utterance at the standard rate, padded to the longest, so ``B × max(standard frames)
         <= batch_bins`` (and ``max_batch_size``); ``min_batch_size`` as in :meth:`_group`."""
-        budget, max_bs, min_bs = self.batch_bins, self.max_batch_size or math.inf, self.min_batch_size
+        admits, min_bs = self.constraint.admits, self.min_batch_size
         std_ = self._std
         batches: List[List[int]] = []
         current: List[int] = []
         longest = 0
         for i in order.tolist():
             new_longest = longest if longest > std_[i] else std_[i]
-            if current and ((len(current) + 1) * new_longest <= budget and len(current) + 1 <= max_bs
-                            or len(current) < min_bs):
+            if current and (admits(new_longest, len(current) + 1) or len(current) < min_bs):
                 current.append(i)
                 longest = new_longest
                 continue

@@ -41,6 +41,7 @@ def test_cli_end_to_end(tmp_path, shape_files, capsys, batch_type, extra):
     if batch_type == "dynres":
         assert result["padding_fraction"] == 0.0 and result["num_padded_batches"] == 0
         assert sum(result["batch_kinds"].values()) == result["num_batches"] and result["batch_kinds"]["padded"] == 0
+        assert result["num_over_budget_batches"] == 0 and result["frames"]["max"] <= 2000
     else:
         assert result["composition_change"] == 0.0
         assert 0.0 < result["padding_fraction"] < 0.5

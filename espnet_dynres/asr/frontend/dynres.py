@@ -16,6 +16,7 @@ from espnet2.layers.log_mel import LogMel
 from espnet2.layers.stft import Stft
 
 from espnet_dynres import data_checks
+from espnet_dynres.batch_constraint import BatchConstraint
 from espnet_dynres.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
@@ -132,7 +133,7 @@ class DynResFrontend(AbsFrontend):
     Modes:
 
     * **training step** (``self.training`` and autograd enabled): the policy
-      gives the batch one frame count ``T`` (:meth:`FrameRatePolicy.batch_frame_counts`)
+      gives the batch one frame count ``T`` (:meth:`BatchConstraint.batch_frame_counts`, without a budget)
       and every utterance comes out with exactly ``T`` frames, by
       ``method``:
 
@@ -290,7 +291,7 @@ class DynResFrontend(AbsFrontend):
             speech_frames: ``(B,)`` int64 feature frames per utterance planned by
                 ``batch_type: dynres`` (batch key ``speech_frames``), used in a
                 training step (checked by :meth:`check_planned_frames`); ``None``:
-                the policy's batch rule (:meth:`FrameRatePolicy.batch_frame_counts`,
+                the policy's batch rule (:meth:`BatchConstraint.batch_frame_counts`,
                 no curriculum: only the sampler's plan carries it).  Ignored
                 outside a training step (standard rate).
             with_rates: return :class:`DynResFeatures` (as :meth:`features`)
@@ -364,7 +365,7 @@ class DynResFrontend(AbsFrontend):
         lengths = [int(n) for n in input_lengths.tolist()]
         if speech_frames is not None:
             return self.check_planned_frames(lengths, speech_frames.to(input_lengths.device))
-        counts, fallback = self.policy.batch_frame_counts(lengths)
+        counts, fallback = BatchConstraint(self.policy).batch_frame_counts(lengths)
         return torch.tensor(counts, dtype=torch.long, device=input_lengths.device), fallback
 
     def check_planned_frames(self, lengths: List[int], planned: torch.Tensor) -> Tuple[torch.Tensor, bool]:
