@@ -116,17 +116,12 @@ class GradClipWarning(UserWarning):
 def check_token_normalized_grad_clip(args: argparse.Namespace) -> bool:
     """Warn when ``model: token_normalized`` trains with ``grad_clip`` above 1 or without clipping.
 
-    Why (measured in ``docs/training_dynamics.md``): the per-token loss is
-    ESPnet's loss times ``B / N`` (utterances / target tokens), so its gradient
-    norm is about ``N / B`` times smaller: about 1 after the first few dozen
-    steps, where ESPnet's per-utterance gradients are 5–100 and ESPnet's usual
-    ``grad_clip: 5`` clips most steps.  With ``grad_clip: 5`` the per-token
-    loss is clipped only in the first steps, whose gradients are 10–80 times
-    the later ones; Adam's second moment (``beta2 = 0.999``, a memory of ~1000
-    steps) keeps them, so later updates shrink several-fold and the
-    attention decoder learns more slowly than with ESPnet's loss.  With
-    ``grad_clip`` at or below the per-token norm (``1``) every step is clipped to
-    the same norm, as ESPnet's steps are, and the per-token loss learns as fast.
+    Why: the per-token loss is ESPnet's loss times ``B / N`` (utterances / target tokens), so
+    its gradient norm is about ``N / B`` times smaller than ESPnet's; a ``grad_clip`` chosen for
+    ESPnet's loss then clips only the first, largest steps, and Adam's second moment keeps their
+    scale, which shrinks the later updates.  With ``grad_clip`` at or below
+    :data:`TOKEN_NORMALIZED_MAX_GRAD_CLIP` every step is clipped to about the same norm, as
+    ESPnet's steps are.  The measurements behind the rule: ``docs/loss_normalization.md``.
 
     Returns:
         True if a warning was issued (``GradClipWarning`` and a log line naming
@@ -142,7 +137,7 @@ def check_token_normalized_grad_clip(args: argparse.Namespace) -> bool:
     message = (
         f"model: token_normalized with grad_clip {setting}: the per-token loss's gradient norm is about 1 "
         "(ESPnet's per-utterance loss: 5-100), so clipping at this level acts only on the first steps and "
-        "Adam then takes several-fold smaller steps (docs/training_dynamics.md). "
+        "Adam then takes several-fold smaller steps (docs/loss_normalization.md). "
         f"Set grad_clip: {TOKEN_NORMALIZED_MAX_GRAD_CLIP:g} (or lower)."
     )
     logging.warning(message)

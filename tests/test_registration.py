@@ -4,10 +4,9 @@ import pytest
 import sys
 
 from espnet2.samplers.build_batch_sampler import BATCH_TYPES
-from espnet2.tasks.asr import ASRTask, frontend_choices, model_choices
+from espnet2.tasks.asr import frontend_choices, model_choices
 
 from espnet_dynres import registration
-from espnet_dynres.iterators import build_iter_factory
 from factory import REPO_ROOT
 
 
@@ -16,24 +15,6 @@ def test_names_are_registered_with_espnet():
     assert model_choices.get_class("token_normalized") is registration.MODELS["token_normalized"]
     assert model_choices.get_class("dynres") is registration.MODELS["dynres"]
     assert "dynres" in BATCH_TYPES
-
-
-def test_asr_task_parser_accepts_the_switches():
-    args = ASRTask.get_parser().parse_args(
-        ["--output_dir", "x", "--token_list", "t", "--batch_type", "dynres",
-         "--frontend", "dynres", "--model", "token_normalized",
-         "--frontend_conf", "min_frame_rate_hz=80"]
-    )
-    assert (args.batch_type, args.frontend, args.model) == ("dynres", "dynres", "token_normalized")
-    assert build_iter_factory.policy_from_args(args).min_frame_rate_hz == 80
-
-
-def test_dynres_batches_need_the_dynres_frontend():
-    import pytest
-
-    args = ASRTask.get_parser().parse_args(["--output_dir", "x", "--token_list", "t", "--batch_type", "dynres"])
-    with pytest.raises(ValueError, match="frontend: dynres"):
-        build_iter_factory.policy_from_args(args)
 
 
 def test_launcher_runs_modules_with_the_plugin_registered():
