@@ -95,8 +95,9 @@ class DynResBatchSampler(AbsSampler):
     neighbours in that order can still share a frame count, but which
     neighbours meet changes from epoch to epoch.
 
-    **Grouping.**  Taken in that order, an utterance joins the current batch while
-    (a) the :class:`FrameRatePolicy` still finds one frame count ``T`` for the
+    **Grouping.**  Taken in that order, an utterance joins the current batch while the
+    sampler's :class:`~espnet_dynres.batch_constraint.BatchConstraint` (:attr:`constraint`)
+    admits it: (a) the :class:`FrameRatePolicy` still finds one frame count ``T`` for the
     whole batch inside the rate clamp, (b) ``batch_size × T <= batch_bins``
     (feature frames after the rate change: ``batch_bins`` is a hard frame
     budget, never exceeded except as below), (c) ``batch_size <= max_batch_size``
@@ -111,8 +112,7 @@ class DynResBatchSampler(AbsSampler):
     clamp and CTC minimum (the budget still holds).  ESPnet's ``numel`` sampler
     closes a batch only *after* it exceeds its budget; closing always below
     can leave the steps before a long utterance up to half empty, which
-    ``"nearest"`` fills (measured in docs/experiments/batch_fill_nearest.md, where it did not train
-    faster, so it is an option, not the default).  A batch is only closed once it
+    ``"nearest"`` fills (an option, not the default: docs/experiments/batch_fill_nearest.md).  A batch is only closed once it
     holds ``min_batch_size`` utterances (ESPnet passes the world size under
     DDP); the last ``< min_batch_size`` utterances of an epoch take utterances
     from the batch before so that both keep ``min_batch_size``.  Such forced
@@ -140,7 +140,9 @@ class DynResBatchSampler(AbsSampler):
     in ``sort_in_batch`` order), in random order when ``shuffle`` (else by
     length, ``sort_batch``); :meth:`frames_for_epoch` the planned ``T`` per
     batch (``None``: a padded batch, each member at its own lowest frame count);
-    :meth:`utt_frames_for_epoch` the planned frames per utterance, which the
+    :meth:`kinds_for_epoch` how each batch was planned
+    (:class:`~espnet_dynres.frame_rate_policy.BatchKind`: rule, lowered, padded; standard for
+    validation); :meth:`utt_frames_for_epoch` the planned frames per utterance, which the
     iterator hands to the ``dynres`` frontend so the frontend computes exactly
     the plan.  Every utterance is in exactly one batch of every epoch; the
     plan of an epoch depends only on ``(seed, epoch)`` and the shape file.
