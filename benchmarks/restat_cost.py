@@ -83,12 +83,11 @@ def make_long_form(out_dir: Path, fsdd_dir: Path, count: int, duration_sec: floa
 
 def read_dir(data_dir: Path) -> List[tuple]:
     """``(utt_id, (T_samples,) float32, transcript)`` for every line of ``wav.scp``."""
-    texts = dict(line.split(maxsplit=1) for line in (data_dir / "text").read_text(encoding="utf-8").splitlines())
-    out = []
-    for line in (data_dir / "wav.scp").read_text(encoding="utf-8").splitlines():
-        utt, path = line.split(maxsplit=1)
-        out.append((utt, torch.from_numpy(soundfile.read(path, dtype="float32")[0]), texts.get(utt, "")))
-    return out
+    from espnet_dynres.data_checks import read_keyed_file
+
+    texts = read_keyed_file(data_dir / "text")
+    return [(utt, torch.from_numpy(soundfile.read(path, dtype="float32")[0]), texts.get(utt, ""))
+            for utt, path in read_keyed_file(data_dir / "wav.scp").items()]
 
 
 def build_model(config: Path, tokens: List[str]):

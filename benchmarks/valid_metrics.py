@@ -84,17 +84,19 @@ def restat_batchnorm(model, train_dir: Path, num_utts: int, seed: int = 0) -> in
     returns the layers changed.
 
     Raises:
-        ValueError: a ``wav.scp`` line is not ``<utt_id> <path>`` (names the line).
+        ValueError: a blank line, a repeated utterance or an utterance without a path in
+            ``wav.scp`` (names the file and line or utterance).
     """
+    from espnet_dynres.data_checks import read_keyed_file
+
     wav_scp = train_dir / "wav.scp"
-    lines = wav_scp.read_text(encoding="utf-8").splitlines()
-    random.Random(seed).shuffle(lines)
+    entries = list(read_keyed_file(wav_scp).items())
+    random.Random(seed).shuffle(entries)
     sample = BatchNormRestat(num_utts)
-    for line in lines[:num_utts]:
-        fields = line.split(maxsplit=1)
-        if len(fields) != 2:
-            raise ValueError(f"{wav_scp}: expected '<utt_id> <wav path>', got {line!r}; fix or remove that line")
-        wav, _fs = soundfile.read(fields[1], dtype="float32")  # (T_samples,) at the recipe's fs
+    for utt, path in entries[:num_utts]:
+        if not path:
+            raise ValueError(f"{wav_scp}: utterance {utt} has no wav path; fix or remove that line")
+        wav, _fs = soundfile.read(path, dtype="float32")  # (T_samples,) at the recipe's fs
         sample.add(torch.from_numpy(wav)[None, :], torch.tensor([len(wav)]))
     model.eval()
     # One utterance per batch for every model: nothing is cut to a batch's shortest member, and the

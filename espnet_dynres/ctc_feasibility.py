@@ -88,19 +88,21 @@ def training_min_frames(task, args, text_path) -> Optional[Dict[str, int]]:
     Returns:
         ``{utt_id: feature frames}``, or ``None`` when the model has no CTC branch
         (``model_conf.ctc_weight: 0``) or no preprocessor (``use_preprocessor: false``).
+
+    Raises:
+        ValueError: a blank line or a repeated utterance in ``text_path``
+            (:func:`espnet_dynres.data_checks.read_keyed_file`).
     """
     if float((args.model_conf or {}).get("ctc_weight", 0.5)) == 0.0:
         return None
     preprocess = task.build_preprocess_fn(args, train=False)
     if preprocess is None:
         return None
+    from espnet_dynres.data_checks import read_keyed_file  # noqa: PLC0415 (the one Kaldi-file reader)
+
     input_layer = (args.encoder_conf or {}).get("input_layer", "conv2d")
     need: Dict[str, int] = {}
-    with open(text_path, encoding="utf-8") as f:
-        for line in f:
-            parts = line.rstrip("\n").split(maxsplit=1)
-            if not parts:
-                continue
-            ids = preprocess(parts[0], {"text": parts[1] if len(parts) > 1 else ""})["text"]
-            need[parts[0]] = min_feature_frames(ctc_frames_needed(list(ids)), input_layer)
+    for utt, text in read_keyed_file(text_path).items():
+        ids = preprocess(utt, {"text": text})["text"]
+        need[utt] = min_feature_frames(ctc_frames_needed(list(ids)), input_layer)
     return need

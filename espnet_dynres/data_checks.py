@@ -460,9 +460,6 @@ def check_sampling_rate(args: argparse.Namespace, data_files: Sequence[Tuple[str
 
     fs = DynResFrontend(**(args.frontend_conf or {})).fs
     for path, _name, kind in data_files:
-        if kind != "sound":
-            continue
-        with open(path, encoding="utf-8") as f:
-            for _, line in zip(range(files_to_check), f):
-                utt, audio = line.rstrip("\n").split(maxsplit=1)
+        if kind == "sound":
+            for utt, audio in list(read_keyed_file(path).items())[:files_to_check]:
                 check_audio_file(utt, audio, fs_hz=fs, mono=False)
