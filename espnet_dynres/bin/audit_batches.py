@@ -278,8 +278,9 @@ def ctc_minimum(args: argparse.Namespace) -> Tuple[Optional[Dict[str, int]], str
         SystemExit: ``--text`` without a token list, or a transcript file that does not exist.
     """
     conf = args.config_conf
-    text = args.text or next((entry.split(",")[0] for entry in conf.get("train_data_path_and_name_and_type") or []
-                              if entry.split(",")[1:2] == ["text"]), None)
+    # An experiment's config.yaml holds [path, name, type] lists; a command line, "path,name,type".
+    entries = [e.split(",") if isinstance(e, str) else list(e) for e in conf.get("train_data_path_and_name_and_type") or []]
+    text = args.text or next((e[0] for e in entries if e[1:2] == ["text"]), None)
     if float((conf.get("model_conf") or {}).get("ctc_weight", 0.5)) == 0.0:
         return None, "none (the model has no CTC branch: model_conf.ctc_weight 0)"
     if text is None:
@@ -295,8 +296,10 @@ def ctc_minimum(args: argparse.Namespace) -> Tuple[Optional[Dict[str, int]], str
 
     from espnet_dynres.ctc_feasibility import training_min_frames  # noqa: PLC0415
 
-    task = ASRTask.get_parser().parse_args(["--output_dir", "unused", "--use_preprocessor", "true"]
-                                           + (["--config", args.config] if args.config else []))
+    # ESPnet's defaults, then the config's values (as ESPnet rebuilds a model from its config.yaml).
+    task = ASRTask.get_parser().parse_args(["--output_dir", "unused"])
+    for key, value in conf.items():
+        setattr(task, key, value)
     task.token_list = token_list
     for key in ("token_type", "bpemodel", "cleaner"):
         if getattr(args, key) is not None:

@@ -199,16 +199,25 @@ def test_audit_and_training_plan_the_same_batches_with_repeated_tokens(tmp_path)
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump({"batch_type": "dynres", "batch_bins": int(budget), "frontend": "dynres",
                                       "frontend_conf": dict(RECIPE_FRONTEND), "model": "token_normalized"}))
-    common = ["--config", str(config), "--speech_shape", str(data / "speech_shape"),
-              "--text_shape", str(data / "text_shape.word"), "--json", str(tmp_path / "summary.json")]
+    common = ["--speech_shape", str(data / "speech_shape"), "--text_shape", str(data / "text_shape.word"),
+              "--json", str(tmp_path / "summary.json")]
 
-    def audit(*extra):
+    def audit(*extra, config=config):
         dump = tmp_path / "batches.json"
-        assert main(common + ["--dump_batches", str(dump)] + list(extra)) == 0
+        assert main(["--config", str(config)] + common + ["--dump_batches", str(dump)] + list(extra)) == 0
         return {k: v for k, v in json.loads(dump.read_text()).items() if k != "epoch"}
 
     with_ctc = audit("--text", str(data / "text"), "--token_list", str(data / "tokens.txt"), "--token_type", "word")
     assert with_ctc == training
+    # An experiment's config.yaml (as ESPnet writes it: data entries as lists, the token list, "required")
+    # gives the transcripts and the tokens itself.
+    exp_config = tmp_path / "config.yaml"
+    exp_config.write_text(yaml.safe_dump({
+        **yaml.safe_load(config.read_text()), "token_list": TOKENS, "token_type": "word", "use_preprocessor": True,
+        "required": ["output_dir", "token_list"],
+        "train_data_path_and_name_and_type": [[str(data / "wav.scp"), "speech", "sound"],
+                                              [str(data / "text"), "text", "text"]]}))
+    assert audit(config=exp_config) == training
     assert json.loads((tmp_path / "summary.json").read_text())["ctc_minimum"].startswith("from ")
     assert audit() != training  # without the transcripts the minimum is not applied, and here it binds
     assert json.loads((tmp_path / "summary.json").read_text())["ctc_minimum"].startswith("not applied")
