@@ -255,6 +255,7 @@ class DynResFrontend(AbsFrontend):
         self.logmel = LogMel(fs=fs, **self._mel_options)
         self.frontend_type = "dynres"
         self.num_fallback_batches = 0  # a running count for the log message only
+        self.constraint = BatchConstraint(self.policy)  # no budget: rules 1-3 for a batch without a plan
 
     def output_size(self) -> int:
         return self.n_mels
@@ -365,7 +366,7 @@ class DynResFrontend(AbsFrontend):
         lengths = [int(n) for n in input_lengths.tolist()]
         if speech_frames is not None:
             return self.check_planned_frames(lengths, speech_frames.to(input_lengths.device))
-        counts, fallback = BatchConstraint(self.policy).batch_frame_counts(lengths)
+        counts, fallback = self.constraint.batch_frame_counts(lengths)
         return torch.tensor(counts, dtype=torch.long, device=input_lengths.device), fallback
 
     def check_planned_frames(self, lengths: List[int], planned: torch.Tensor) -> Tuple[torch.Tensor, bool]:
