@@ -5,7 +5,7 @@ maximum), on one thread, with the model of ``--config`` (untrained: the cost doe
 the weights):
 
 * ``restat``: the re-estimate as ``model.eval()`` runs it after an epoch, over
-  ``batchnorm_restat_utts`` utterances of ``--train_dir`` (the sample a training epoch keeps),
+  the sample a training epoch keeps of ``--train_dir`` (``batchnorm_restat_batches`` validation budgets),
   in batches inside the run's evaluation budget (``valid_batch_bins``, else ``batch_bins``);
 * ``valid``: one validation pass over ``--valid_dir``: the dynres validation grouping of the same
   budget (every utterance at the standard rate, padded to the longest of its batch), each batch
@@ -117,7 +117,7 @@ def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[s
         sample = model._batchnorm_restat
         model.train()
         for _, wav, _ in utts:
-            sample.add(wav[None], torch.tensor([wav.numel()]))
+            sample.add(wav[None], torch.tensor([wav.numel()]), model.batchnorm_restat_budget)
         kept = len(sample)
         frames = sum(len(b) * model.frontend.policy.standard_frame_count(b.shape[1])
                      for b in sample.batches(model.batchnorm_restat_budget))

@@ -32,12 +32,13 @@ Usage::
     python benchmarks/valid_metrics.py --valid_dir dump/raw/dev \\
         --epochs dynres=exp/asr_a/epochs --epochs numel=exp/asr_b/epochs --json curves.json
 
-    python benchmarks/valid_metrics.py ... --restat_train_dir dump/raw/train [--restat_utts 64]
+    python benchmarks/valid_metrics.py ... --restat_train_dir dump/raw/train [--restat_batches 6]
 
 With ``--restat_train_dir``, every checkpoint's BatchNorm statistics are first re-estimated at
 the standard rate the way ``model: dynres``/``token_normalized`` does it before each
-evaluation (:class:`espnet_dynres.asr.batchnorm_restat.BatchNormRestat`, over ``--restat_utts``
-training utterances drawn with a fixed seed), for any model, ``model: espnet`` included: the
+evaluation (:class:`espnet_dynres.asr.batchnorm_restat.BatchNormRestat`, over a sample of
+``--restat_batches`` of the run's evaluation budgets of training utterances, drawn with a fixed
+seed), for any model, ``model: espnet`` included: the
 figures of a checkpoint as if its model had re-estimated them.
 
 (``config.yaml`` is taken from the checkpoint's directory, or its parent for ``--epochs``,
@@ -78,26 +79,31 @@ def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: 
     )
 
 
-def restat_batchnorm(model, train_dir: Path, num_utts: int, seed: int = 0) -> int:
-    """Re-estimate ``model``'s BatchNorm statistics over ``num_utts`` utterances of ``train_dir/wav.scp``
-    (drawn with ``seed``) as the plugin's models do before evaluation, one utterance per batch;
-    returns the layers changed.
+def restat_batchnorm(model, train_args, train_dir: Path, num_batches: int, seed: int = 0) -> int:
+    """Re-estimate ``model``'s BatchNorm statistics as the plugin's models do before evaluation, over
+    a sample of ``train_dir/wav.scp`` (offered in an order shuffled with ``seed``) as large as
+    ``num_batches`` of the run's evaluation budgets (:meth:`RestatBudget.from_task_args` of
+    ``train_args``), encoded one utterance per batch; returns the layers changed.
 
     Raises:
         ValueError: a blank line, a repeated utterance or an utterance without a path in
             ``wav.scp`` (names the file and line or utterance).
     """
+    from espnet_dynres.asr.frontend.dynres import DynResFrontend
     from espnet_dynres.data_checks import read_keyed_file
 
+    frontend = getattr(model, "frontend", None)
+    hop = frontend.hop_length if isinstance(frontend, DynResFrontend) else None
+    budget = RestatBudget.from_task_args(train_args, hop_length=hop)
     wav_scp = train_dir / "wav.scp"
     entries = list(read_keyed_file(wav_scp).items())
     random.Random(seed).shuffle(entries)
-    sample = BatchNormRestat(num_utts)
-    for utt, path in entries[:num_utts]:
+    sample = BatchNormRestat(num_batches, seed=seed)
+    for utt, path in entries:
         if not path:
             raise ValueError(f"{wav_scp}: utterance {utt} has no wav path; fix or remove that line")
         wav, _fs = soundfile.read(path, dtype="float32")  # (T_samples,) at the recipe's fs
-        sample.add(torch.from_numpy(wav)[None, :], torch.tensor([len(wav)]))
+        sample.add(torch.from_numpy(wav)[None, :], torch.tensor([len(wav)]), budget)
     model.eval()
     # One utterance per batch for every model: nothing is cut to a batch's shortest member, and the
     # cost of any call is that of evaluating one utterance.
@@ -106,16 +112,17 @@ def restat_batchnorm(model, train_dir: Path, num_utts: int, seed: int = 0) -> in
 
 @torch.no_grad()
 def evaluate(model_file: Path, valid_dir: Path, config: Path = None, restat_train_dir: Path = None,
-             restat_utts: int = 64) -> Dict[str, float]:
+             restat_batches: int = 6) -> Dict[str, float]:
     """Token- and utterance-weighted valid figures of one checkpoint (eval mode, batch size 1), after
-    re-estimating its BatchNorm statistics over ``restat_utts`` utterances of ``restat_train_dir`` if given."""
+    re-estimating its BatchNorm statistics over ``restat_batches`` evaluation budgets of
+    ``restat_train_dir`` if given (:func:`restat_batchnorm`)."""
     if config is None:  # next to the checkpoint, or one level up (a side directory of epoch checkpoints)
         config = model_file.parent / "config.yaml"
         config = config if config.exists() else model_file.parent.parent / "config.yaml"
     model, train_args = ASRTask.build_model_from_file(config, model_file, "cpu")
     model.eval()
     if restat_train_dir is not None:
-        restat_batchnorm(model, restat_train_dir, restat_utts)
+        restat_batchnorm(model, train_args, restat_train_dir, restat_batches)
     iterator = speech_text_iterator(train_args, valid_dir, batch_size=1)
     correct = targets = 0.0
     errors = ref_tokens = 0.0
@@ -162,7 +169,7 @@ def main(argv=None) -> int:
                         help="name=dir holding <N>epoch.pth files, config.yaml in dir or its parent (repeatable)")
     parser.add_argument("--restat_train_dir", type=Path, default=None,
                         help="re-estimate BatchNorm statistics over utterances of this data dir first")
-    parser.add_argument("--restat_utts", type=int, default=64)
+    parser.add_argument("--restat_batches", type=int, default=6)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if not args.model and not args.epochs:
@@ -184,7 +191,7 @@ def main(argv=None) -> int:
         jobs += [(f"{name}@{p.name.split('epoch')[0]}", p, config) for p in files]
     results = {}
     for name, path, config in jobs:
-        results[name] = evaluate(path, args.valid_dir, config, args.restat_train_dir, args.restat_utts)
+        results[name] = evaluate(path, args.valid_dir, config, args.restat_train_dir, args.restat_batches)
         r = results[name]
         print(f"{name:24s} acc_token={r['acc_token']:.3f} acc_utt={r['acc_utt']:.3f} "
               f"ter_ctc_token={r.get('ter_ctc_token', float('nan')):.3f} ter_ctc_utt={r.get('ter_ctc_utt', float('nan')):.3f} "

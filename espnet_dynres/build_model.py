@@ -38,7 +38,7 @@ def record_effective_options(args: argparse.Namespace, model: torch.nn.Module) -
     ``config.yaml`` after building the model: the sampler options (:data:`SAMPLER_ARGUMENTS`, with
     ``batch_type`` or ``valid_batch_type`` ``dynres``; defaults from :class:`DynResBatchSampler`),
     the dynres frontend's own keys (the rate clamp from its :class:`FrameRatePolicy`, ``method``,
-    ``resample_*``) and ``model_conf.batchnorm_restat_utts``.  An omitted option is then recorded
+    ``resample_*``) and ``model_conf.batchnorm_restat_batches``.  An omitted option is then recorded
     as the value used, so a run stays reproducible from its config if a default changes."""
     if "dynres" in (getattr(args, "batch_type", None), getattr(args, "valid_batch_type", None)):
         defaults = inspect.signature(DynResBatchSampler.__init__).parameters
@@ -56,4 +56,4 @@ def record_effective_options(args: argparse.Namespace, model: torch.nn.Module) -
             "resample_filterbank": frontend.resample_filterbank, "resample_grid_hz": frontend.resample_grid_hz,
         }
     if isinstance(model, DynResASRModel):
-        args.model_conf = {**(args.model_conf or {}), "batchnorm_restat_utts": model.batchnorm_restat_utts}
+        args.model_conf = {**(args.model_conf or {}), "batchnorm_restat_batches": model.batchnorm_restat_batches}

@@ -50,8 +50,18 @@ def accepted_keywords(cls: type) -> Optional[Set[str]]:
     return None
 
 
+# Keys of earlier plugin versions: what replaced them, for the error message.
+REPLACED_KEYS = {
+    "batchnorm_restat_utts": (
+        "batchnorm_restat_batches", "the re-estimate's sample is a budget in evaluation batches (its total standard "
+        "frames or input elements at most that many times valid_batch_bins, else batch_bins), no longer a count of "
+        "utterances; 0 still turns it off"),
+}
+
+
 def check_conf_keys(conf: Optional[Mapping], cls: type, conf_name: str) -> None:
-    """Every key of ``conf`` is an argument of ``cls``; a typo gets the closest valid key.
+    """Every key of ``conf`` is an argument of ``cls``; a typo gets the closest valid key, a key of an
+    earlier plugin version (:data:`REPLACED_KEYS`) the key that replaced it.
 
     Raises:
         TypeError: ``<conf_name>`` has an unknown key; the message suggests the
@@ -61,6 +71,9 @@ def check_conf_keys(conf: Optional[Mapping], cls: type, conf_name: str) -> None:
     if not conf or valid is None:
         return
     for key in conf:
+        if key in REPLACED_KEYS and key not in valid and REPLACED_KEYS[key][0] in valid:
+            new_key, why = REPLACED_KEYS[key]
+            raise TypeError(f"{conf_name} key {key!r} was replaced by {new_key!r}: {why}.")
         if key not in valid:
             guess = closest_key(key, valid)
             hint = f"did you mean {guess!r}? " if guess else ""

@@ -30,7 +30,7 @@ STOCK_NAMES = {
 }
 # Keys only the plugin's parser and classes know (its sampler options, its model's re-estimate).
 PLUGIN_ONLY_KEYS = ("oversized", "batch_fill", "shuffle_jitter")
-PLUGIN_ONLY_MODEL_CONF = ("batchnorm_restat_utts",)
+PLUGIN_ONLY_MODEL_CONF = ("batchnorm_restat_batches",)
 
 
 def _kept(conf: Mapping, keys: Iterable[str]) -> Dict:
@@ -44,7 +44,7 @@ def stock_espnet_config(config: Mapping) -> Dict:
     * ``frontend: dynres`` → ``default``, ``frontend_conf`` reduced to ``DefaultFrontend``'s keys
       (the rate clamp, ``method`` and the other dynres keys go);
     * ``specaug: dynres`` → ``specaug`` with ESPnet ``SpecAug``'s keys;
-    * ``model: dynres`` / ``token_normalized`` → ``espnet``, without ``batchnorm_restat_utts``;
+    * ``model: dynres`` / ``token_normalized`` → ``espnet``, without ``batchnorm_restat_batches``;
     * ``batch_type`` / ``valid_batch_type`` ``dynres`` → ``numel``; the sampler options
       ``oversized``, ``batch_fill``, ``shuffle_jitter`` are removed.
 

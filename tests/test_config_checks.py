@@ -23,6 +23,7 @@ def parse(*argv):
         (["--frontend", "dynres", "--frontend_conf", "min_frame_rate=60"], r"frontend_conf has an unknown key 'min_frame_rate' for DynResFrontend; did you mean 'min_frame_rate_hz'\?"),
         (["--model", "token_normalized", "--model_conf", "ctc_wieght=0.3"], r"model_conf has an unknown key 'ctc_wieght' for TokenNormalizedASRModel; did you mean 'ctc_weight'\?"),
         (["--encoder", "conformer", "--encoder_conf", "num_block=2"], r"did you mean 'num_blocks'\?"),
+        (["--model", "dynres", "--model_conf", "batchnorm_restat_utts=128"], r"model_conf key 'batchnorm_restat_utts' was replaced by 'batchnorm_restat_batches': .*no longer a count of utterances"),
     ],
 )
 def test_conf_typos_get_the_closest_valid_key(argv, match):

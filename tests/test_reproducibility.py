@@ -151,7 +151,7 @@ def test_resumed_run_ends_where_the_uninterrupted_run_ends(runs):
 
 def test_the_saved_config_records_the_value_of_every_omitted_plugin_option(runs):
     """The CI config sets none of the sampler options, no fallback or target rate and no
-    batchnorm_restat_utts: config.yaml holds the values the run used, and a run from it plans the same."""
+    batchnorm_restat_batches: config.yaml holds the values the run used, and a run from it plans the same."""
     import inspect
 
     from espnet_dynres.asr.dynres_model import DynResASRModel
@@ -166,5 +166,5 @@ def test_the_saved_config_records_the_value_of_every_omitted_plugin_option(runs)
     assert saved["frontend_conf"]["fallback_frame_rate_hz"] == 50.0  # 0.5 x the standard 100 Hz
     assert saved["frontend_conf"]["min_frame_rate_hz"] == 70.0 and saved["frontend_conf"]["method"] == "hop"
     assert "target_frame_rate_hz" in saved["frontend_conf"]
-    restat_default = inspect.signature(DynResASRModel.__init__).parameters["batchnorm_restat_utts"].default
-    assert saved["model_conf"]["batchnorm_restat_utts"] == restat_default
+    restat_default = inspect.signature(DynResASRModel.__init__).parameters["batchnorm_restat_batches"].default
+    assert saved["model_conf"]["batchnorm_restat_batches"] == restat_default

@@ -25,7 +25,7 @@ def test_plugin_names_and_keys_are_mapped_and_a_stock_config_is_unchanged():
     config = {"frontend": "dynres", "frontend_conf": {"fs": "16k", "hop_length": 160, "min_frame_rate_hz": 70,
                                                       "method": "hop"},
               "specaug": "dynres", "specaug_conf": dict(SPECAUG), "model": "token_normalized",
-              "model_conf": {"ctc_weight": 0.3, "batchnorm_restat_utts": 128}, "batch_type": "dynres",
+              "model_conf": {"ctc_weight": 0.3, "batchnorm_restat_batches": 6}, "batch_type": "dynres",
               "valid_batch_type": None, "oversized": "warn", "batch_fill": "below", "shuffle_jitter": 0.5}
     out = stock_espnet_config(config)
     assert out["frontend"] == "default" and out["frontend_conf"] == {"fs": "16k", "hop_length": 160}

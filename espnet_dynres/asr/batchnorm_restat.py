@@ -7,16 +7,18 @@ statistics of its training batch, and keeps an exponential moving average of the
 batches run at 70–130 Hz (or lower with ``target_frame_rate_hz``) with dropout on, while
 validation and decoding run at the standard rate (100 Hz) with dropout off, so the averaged
 statistics are those of other inputs than the ones evaluation normalises.  This module keeps a
-uniform sample of the epoch's training utterances (the model's input as it came: raw audio, so
-any frame rate can be computed from it, or extracted features ``(T_frames, D)``), in host memory,
+uniform sample of the epoch's training utterances, as large as a few validation batches (a budget
+in standard frames or input elements, never a count of utterances, so that its cost does not grow with
+the length of the utterances), in the model's input as it came (raw audio, so any frame rate can be
+computed from it, or extracted features ``(T_frames, D)``), in host memory,
 and, when the model switches from training to evaluation, replaces every
 BatchNorm layer's running mean and variance with the exact frame-weighted statistics of that
 layer's input over the sample, encoded in evaluation mode at the standard rate.  Training
 itself is unchanged: in training mode BatchNorm normalises with the batch's own statistics and
 the running ones are only an output.
 
-The re-estimate is a pass over data like validation and is bounded like it: its batches obey the
-run's evaluation budget (:class:`RestatBudget`, from ``valid_batch_bins`` or ``batch_bins``), are
+The re-estimate is a pass over data like validation and is bounded like it: its sample holds
+``batchnorm_restat_batches`` of the run's evaluation budgets, its batches obey that budget (:class:`RestatBudget`, from ``valid_batch_bins`` or ``batch_bins``), are
 moved to the model's device one at a time, and an utterance over the budget alone is encoded
 alone, as the validation sampler gives it a batch of its own.
 
@@ -28,6 +30,7 @@ an EMA of per-batch statistics taken while the weights and (here) the frame rate
 from __future__ import annotations
 
 import argparse
+import heapq
 import logging
 import random
 import time
@@ -111,6 +114,16 @@ class RestatBudget:
                 return False
         return True
 
+    def sample_cost(self, utt: torch.Tensor) -> int:
+        """An utterance's share of the re-estimate's sample (:class:`BatchNormRestat`): its
+        :meth:`cost` under a bins budget, ``1`` under a count budget (``batch_bins`` ``None``)."""
+        return self.cost(utt) if self.batch_bins is not None else 1
+
+    def sample_capacity(self, num_batches: int) -> int:
+        """Most total :meth:`sample_cost` of a sample of ``num_batches`` evaluation batches:
+        ``num_batches × batch_bins``, or ``num_batches × max_batch_size`` under a count budget."""
+        return num_batches * (self.batch_bins if self.batch_bins is not None else self.max_batch_size)
+
     @classmethod
     def from_task_args(cls, args: argparse.Namespace, hop_length: Optional[int] = None) -> "RestatBudget":
         """The budget of the run's validation: ``valid_batch_type`` (else ``batch_type``) with
@@ -143,40 +156,61 @@ class RestatBudget:
 
 
 class BatchNormRestat:
-    """A uniform sample of training utterances and the re-estimate of BatchNorm statistics from it.
+    """A uniform sample of training utterances, bounded in input, and the re-estimate of BatchNorm
+    statistics from it.
 
     The sample holds each kept utterance as the model received it, unpadded: raw audio
     ``(T_samples,)`` (or ``(T_samples, C)``) or extracted features ``(T_frames, D)``, as a copy
     in host memory (pinned when it came from a CUDA device, so the copy back is asynchronous);
     the device holds one batch of it at a time, only while :meth:`restat` runs.
 
+    **Its size is a budget, not a count of utterances.**  Every utterance :meth:`add` sees gets a
+    random key (uniform in [0, 1), drawn in the order the utterances come); the sample is the
+    longest run of utterances in key order whose total cost fits ``num_batches`` evaluation
+    batches (:meth:`RestatBudget.sample_capacity`: ``num_batches × batch_bins`` standard frames or
+    input elements, or ``num_batches × max_batch_size`` utterances under a count budget).  That
+    is a prefix of a uniformly random order of the epoch's utterances, so every utterance is
+    equally likely to be drawn first, and the re-estimate costs at most about ``num_batches``
+    validation batches per BatchNorm layer however long the utterances are.  It is computed in
+    one pass (the kept set only shrinks from the largest key), holding at most the capacity plus
+    one batch.  An utterance whose cost alone is over the capacity ends the run where its key
+    falls.
+
     Args:
-        num_utts: utterances kept per epoch (reservoir sampling, Vitter's algorithm R, over every
-            training utterance :meth:`add` sees); ``0`` keeps none and :meth:`restat` does nothing.
-        seed: seed of the reservoir's draws (deterministic given the order of the utterances).
+        num_batches: size of the sample per epoch, in evaluation batches (see above); ``0``
+            keeps none and :meth:`restat` does nothing.
+        seed: seed of the keys (deterministic given the order of the utterances).
 
     Raises:
-        ValueError: ``num_utts`` is negative.
+        ValueError: ``num_batches`` is negative.
     """
 
-    def __init__(self, num_utts: int, seed: int = 0):
-        if num_utts < 0:
-            raise ValueError(f"batchnorm_restat_utts must be >= 0 (0 turns the re-estimate off), got {num_utts}")
-        self.num_utts = num_utts
+    def __init__(self, num_batches: int, seed: int = 0):
+        if num_batches < 0:
+            raise ValueError(f"batchnorm_restat_batches must be >= 0 (0 turns the re-estimate off), got {num_batches}")
+        self.num_batches = num_batches
         self._seed = seed
-        self._rng = random.Random(seed)
-        self._seen = 0
-        self._utts: List[torch.Tensor] = []
+        self.clear()
 
     def __len__(self) -> int:
-        return len(self._utts)
+        return len(self._kept)
+
+    @property
+    def _utts(self) -> List[torch.Tensor]:
+        """The kept utterances, in key order."""
+        return [entry[2] for entry in sorted(self._kept, key=lambda e: -e[0])]
+
+    @property
+    def total_cost(self) -> int:
+        """The kept utterances' total cost (:meth:`RestatBudget.sample_cost`)."""
+        return self._total
 
     @staticmethod
     def _host_copy(utt: torch.Tensor) -> torch.Tensor:
         copy = utt.detach().to("cpu", copy=True)
         return copy.pin_memory() if utt.is_cuda else copy
 
-    def add(self, speech: torch.Tensor, speech_lengths: torch.Tensor) -> None:
+    def add(self, speech: torch.Tensor, speech_lengths: torch.Tensor, budget: RestatBudget) -> None:
         """Offer a training batch's utterances to the sample.
 
         Args:
@@ -184,11 +218,13 @@ class BatchNormRestat:
                 features ``(B, T_frames, D)``, padded along dim 1; an utterance is kept as
                 ``speech[b, :speech_lengths[b]]`` (a detached host copy).
             speech_lengths: ``(B,)`` int64 samples (or frames) before padding.
+            budget: the run's evaluation budget; the sample's capacity is
+                ``budget.sample_capacity(num_batches)`` (class docstring).
 
         Raises:
             ValueError: ``speech`` is not 2-D or 3-D, or ``speech_lengths`` is not ``(B,)``.
         """
-        if self.num_utts == 0:
+        if self.num_batches == 0:
             return
         if speech.dim() not in (2, 3) or speech_lengths.shape != speech.shape[:1]:
             raise ValueError(
@@ -196,22 +232,36 @@ class BatchNormRestat:
                 f"(B, T_frames, D) with speech_lengths (B,), got {tuple(speech.shape)} and "
                 f"{tuple(speech_lengths.shape)}"
             )
+        capacity = budget.sample_capacity(self.num_batches)
+        added = []
         for b, length in enumerate(speech_lengths.tolist()):
-            self._seen += 1
-            if len(self._utts) < self.num_utts:
-                self._utts.append(self._host_copy(speech[b, :length]))
-                continue
-            j = self._rng.randrange(self._seen)
-            if j < self.num_utts:
-                self._utts[j] = self._host_copy(speech[b, :length])
+            key = self._rng.random()
+            if key >= self._cutoff:
+                continue  # after an utterance that did not fit in key order: never in this epoch's sample
+            utt = speech[b, :length]
+            cost = budget.sample_cost(utt)
+            self._count += 1
+            entry = [-key, self._count, utt, cost]  # a max-heap on the key
+            heapq.heappush(self._kept, entry)
+            added.append(entry)
+            self._total += cost
+            while self._total > capacity:
+                neg_key, _, _, dropped = heapq.heappop(self._kept)
+                self._total -= dropped
+                self._cutoff = -neg_key
+        for entry in added:  # copy only what stays, after the batch's evictions
+            if -entry[0] < self._cutoff:
+                entry[2] = self._host_copy(entry[2])
 
     def clear(self) -> None:
-        """Start the next epoch's sample.  The draws restart from ``seed``, so an epoch's sample
+        """Start the next epoch's sample.  The keys restart from ``seed``, so an epoch's sample
         depends only on that epoch's utterance order, and a run resumed from a checkpoint
         (``--resume true``, a fresh sample) re-estimates exactly as the uninterrupted run."""
         self._rng = random.Random(self._seed)
-        self._seen = 0
-        self._utts = []
+        self._kept: List[list] = []  # heap of [-key, arrival, utterance, cost]
+        self._total = 0
+        self._count = 0
+        self._cutoff = 1.0  # keys at or above it are out (the smallest key evicted so far)
 
     def batches(self, budget: RestatBudget) -> List[torch.Tensor]:
         """The sample as padding-free batches inside ``budget``, in host memory.
@@ -257,7 +307,7 @@ class BatchNormRestat:
         Returns:
             The number of BatchNorm layers re-estimated (0 with an empty sample or no layers).
         """
-        if not self._utts or not batchnorms:
+        if not self._kept or not batchnorms:
             return 0
         start = time.perf_counter()
         batches = self.batches(budget)
@@ -299,8 +349,9 @@ class BatchNormRestat:
             layer.running_var.copy_(var.to(layer.running_var.dtype))
         logging.info(
             "BatchNorm statistics of %d layers re-estimated at the standard frame rate over %d training "
-            "utterances (%d input values, %d batches within %s) in %.1f s",
-            len(order), len(self._utts), sum(int(b.numel()) for b in batches), len(batches), budget,
+            "utterances (%d input values, cost %d of %d, %d batches within %s) in %.1f s",
+            len(order), len(self), sum(int(b.numel()) for b in batches), self._total,
+            budget.sample_capacity(self.num_batches), len(batches), budget,
             time.perf_counter() - start,
         )
         return len(order)

@@ -44,8 +44,10 @@ class DynResASRModel(ESPnetASRModel):
        ``min_frame_rate_hz``, :meth:`FrameRatePolicy.below_clamp`) with the
        ``dynres`` frontend in a training step.
     4. **BatchNorm statistics at the standard rate.**  Every training forward
-       offers its utterances to a uniform sample of ``batchnorm_restat_utts``
-       per epoch (:class:`~espnet_dynres.asr.batchnorm_restat.BatchNormRestat`);
+       offers its utterances to a uniform sample per epoch whose size is
+       ``batchnorm_restat_batches`` evaluation batches (their total standard
+       frames, or input elements, at most that many times the validation
+       budget) (:class:`~espnet_dynres.asr.batchnorm_restat.BatchNormRestat`);
        when the model leaves training mode (``model.eval()``, which ESPnet's
        trainer calls before validating, so before every checkpoint is saved),
        each BatchNorm layer's running mean and variance are replaced by the
@@ -54,7 +56,7 @@ class DynResASRModel(ESPnetASRModel):
        trains on batch statistics); validation and decoding normalise with
        statistics of the inputs they see, not an average of 70–130 Hz training
        batches with dropout on (``docs/training_dynamics.md``).  With
-       ``batchnorm_restat_utts: 0``, or a model without BatchNorm, nothing is
+       ``batchnorm_restat_batches: 0``, or a model without BatchNorm, nothing is
        kept or changed.  The sample lives in host memory; the re-estimate's
        batches obey :attr:`batchnorm_restat_budget`, which
        ``espnet_dynres`` sets from the run's validation budget
@@ -76,18 +78,19 @@ class DynResASRModel(ESPnetASRModel):
     """
 
     @typechecked
-    def __init__(self, *args, batchnorm_restat_utts: int = 128, **kwargs):
+    def __init__(self, *args, batchnorm_restat_batches: int = 6, **kwargs):
         """ESPnet's arguments, plus:
 
         Args:
-            batchnorm_restat_utts: training utterances per epoch whose standard-rate encoding
-                re-estimates every BatchNorm layer's statistics before evaluation (item 4 of the
-                class docstring); ``0`` turns it off.
+            batchnorm_restat_batches: size of the per-epoch sample of training utterances whose
+                standard-rate encoding re-estimates every BatchNorm layer's statistics before
+                evaluation, in batches of the run's evaluation budget (item 4 of the class
+                docstring; :class:`BatchNormRestat`); ``0`` turns it off.
 
         Raises:
-            ValueError: ``batchnorm_restat_utts`` is negative.
+            ValueError: ``batchnorm_restat_batches`` is negative.
         """
-        batchnorm_restat = BatchNormRestat(batchnorm_restat_utts)
+        batchnorm_restat = BatchNormRestat(batchnorm_restat_batches)
         arguments = inspect.signature(ESPnetASRModel.__init__).bind(None, *args, **kwargs).arguments
         arguments.pop("self")
         specaug = arguments.get("specaug")
@@ -101,7 +104,7 @@ class DynResASRModel(ESPnetASRModel):
         self._below_clamp: Optional[int] = None  # the running forward's below_clamp count, for its stat
         # not a module and no buffers: the sample never enters a checkpoint
         self._batchnorm_restat = batchnorm_restat if batchnorm_layers(self) else None
-        self.batchnorm_restat_utts = batchnorm_restat_utts  # as configured (recorded in the run's config.yaml)
+        self.batchnorm_restat_batches = batchnorm_restat_batches  # as configured (recorded in the run's config.yaml)
         # The re-estimate's batch budget; ASRTask.build_model (espnet_dynres) sets the run's evaluation budget.
         self.batchnorm_restat_budget = RestatBudget(max_batch_size=1)
 
@@ -157,7 +160,7 @@ class DynResASRModel(ESPnetASRModel):
                     "with the dynres iterator (batch_type: dynres), which adds one planned count per utterance."
                 )
         if self.training and torch.is_grad_enabled() and self._batchnorm_restat is not None:
-            self._batchnorm_restat.add(speech, speech_lengths)
+            self._batchnorm_restat.add(speech, speech_lengths, self.batchnorm_restat_budget)
         self._speech_frames = speech_frames
         self._fallback = None
         self._below_clamp = None

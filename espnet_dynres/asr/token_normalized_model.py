@@ -87,7 +87,7 @@ class TokenNormalizedASRModel(DynResASRModel):
                 "model: token_normalized already divides every loss by the batch's token count; "
                 "remove length_normalized_loss: true from model_conf."
             )
-        espnet_kwargs = {k: v for k, v in kwargs.items() if k != "batchnorm_restat_utts"}  # DynResASRModel's
+        espnet_kwargs = {k: v for k, v in kwargs.items() if k != "batchnorm_restat_batches"}  # DynResASRModel's
         bound = inspect.signature(ESPnetASRModel.__init__).bind_partial(None, *args, **espnet_kwargs).arguments
         if bound.get("joint_network") is not None:  # before ESPnet's __init__, which imports the RNN-T loss
             raise ValueError(

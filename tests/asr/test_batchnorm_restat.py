@@ -57,11 +57,11 @@ def eval_input_statistics(model, wavs):
 @pytest.mark.parametrize("model_name", ["dynres", "token_normalized"])
 def test_eval_statistics_are_those_of_the_standard_rate_inputs_evaluation_sees(batch, model_name):
     speech, lengths, _, _ = batch
-    model = build_tiny_model(model=model_name, model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+    model = build_tiny_model(model=model_name, model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=8))
     assert len(batchnorms(model)) == 2  # one per Conformer block (convolution module)
     plan = torch.full((4,), min(model.frontend.policy.frame_count_range(int(n))[0] for n in lengths))
     train_step(model, batch, speech_frames=plan)  # a training step far below the standard rate
-    wavs = [speech[b, : lengths[b]] for b in range(4)]  # all 4 are kept (4 <= 8)
+    wavs = [speech[b, : lengths[b]] for b in range(4)]  # all 4 are kept (8 batches of ESPnet's 20)
     model.eval()
     expected = eval_input_statistics(model, wavs)
     for bn, (mean, var) in expected.items():
@@ -70,10 +70,10 @@ def test_eval_statistics_are_those_of_the_standard_rate_inputs_evaluation_sees(b
 
 
 def test_without_the_restat_eval_statistics_are_the_training_average_and_differ(batch):
-    """The check above can fail: ESPnet's running statistics (batchnorm_restat_utts: 0) are not those."""
+    """The check above can fail: ESPnet's running statistics (batchnorm_restat_batches: 0) are not those."""
     speech, lengths, _, _ = batch
-    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=0))
-    assert model._batchnorm_restat.num_utts == 0
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=0))
+    assert model._batchnorm_restat.num_batches == 0
     plan = torch.full((4,), min(model.frontend.policy.frame_count_range(int(n))[0] for n in lengths))
     train_step(model, batch, speech_frames=plan)
     model.eval()
@@ -86,7 +86,7 @@ def test_training_is_unchanged_by_the_restat(batch):
     """Training-mode BatchNorm uses batch statistics, so the re-estimate changes no training step."""
     losses = {}
     for k in (0, 8):
-        model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=k),
+        model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=k),
                                  specaug="dynres", specaug_conf=SPECAUG_CONF)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         steps = []
@@ -100,7 +100,7 @@ def test_training_is_unchanged_by_the_restat(batch):
 
 
 def test_no_sample_no_change_and_the_sample_is_cleared(batch):
-    model = build_tiny_model(model="dynres", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+    model = build_tiny_model(model="dynres", model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=8))
     before = [bn.running_mean.clone() for bn in batchnorms(model)]
     model.eval()  # never trained: inference or collect-stats
     assert all(torch.equal(b, bn.running_mean) for b, bn in zip(before, batchnorms(model)))
@@ -123,15 +123,15 @@ def test_model_without_batchnorm_keeps_nothing():
 
 
 def test_negative_size_is_refused():
-    with pytest.raises(ValueError, match="batchnorm_restat_utts must be >= 0"):
-        build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=-1))
+    with pytest.raises(ValueError, match="batchnorm_restat_batches must be >= 0"):
+        build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=-1))
 
 
 def test_sample_batches_are_sorted_cut_to_their_shortest_and_cover_the_sample():
     r = BatchNormRestat(10)
     lengths = [7, 3, 9, 5, 4]
     speech = torch.arange(5, dtype=torch.float32)[:, None].repeat(1, 9)
-    r.add(speech, torch.tensor(lengths))
+    r.add(speech, torch.tensor(lengths), RestatBudget(max_batch_size=2))  # room for 20 utterances
     batches = r.batches(RestatBudget(max_batch_size=2))
     assert [tuple(b.shape) for b in batches] == [(2, 3), (2, 5), (1, 9)]
     assert [b[:, 0].tolist() for b in batches] == [[1.0, 4.0], [3.0, 0.0], [2.0]]
@@ -141,7 +141,7 @@ def test_sample_batches_are_sorted_cut_to_their_shortest_and_cover_the_sample():
 def test_sample_batches_obey_the_bins_budget_and_an_utterance_over_it_is_alone():
     r = BatchNormRestat(10)
     lengths = [7, 3, 9, 5, 4]
-    r.add(torch.arange(5, dtype=torch.float32)[:, None].repeat(1, 9), torch.tensor(lengths))
+    r.add(torch.arange(5, dtype=torch.float32)[:, None].repeat(1, 9), torch.tensor(lengths), RestatBudget())
     # elements (numel's unit): B x the longest member <= 12
     assert [tuple(b.shape) for b in r.batches(RestatBudget(batch_bins=12, max_batch_size=None))] == \
         [(2, 3), (1, 5), (1, 7), (1, 9)]
@@ -158,11 +158,11 @@ def test_sample_batches_obey_the_bins_budget_and_an_utterance_over_it_is_alone()
 def test_features_are_kept_as_sequences_of_frames():
     r = BatchNormRestat(4)
     feats = torch.randn(2, 10, 20)  # (B, T_frames, D)
-    r.add(feats, torch.tensor([10, 6]))
+    r.add(feats, torch.tensor([10, 6]), RestatBudget())
     assert sorted(tuple(u.shape) for u in r._utts) == [(6, 20), (10, 20)]
     assert [tuple(b.shape) for b in r.batches(RestatBudget(batch_bins=400, max_batch_size=None))] == [(2, 6, 20)]
     with pytest.raises(ValueError, match=r"\(B, T_frames, D\).*got \(2, 3, 4, 5\)"):
-        r.add(torch.zeros(2, 3, 4, 5), torch.tensor([3, 3]))
+        r.add(torch.zeros(2, 3, 4, 5), torch.tensor([3, 3]), RestatBudget())
 
 
 def test_the_budget_comes_from_the_runs_validation_budget():
@@ -186,10 +186,10 @@ def test_the_restat_of_long_utterances_costs_no_more_than_validating_them():
     wavs = short + long_
     valid_bins = 1500
     model = build_tiny_model(model="token_normalized", batch_type="dynres", batch_bins=3000,
-                             valid_batch_bins=valid_bins, model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=64))
+                             valid_batch_bins=valid_bins, model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=64))
     for group in (short, long_):
         speech, lengths = pad_batch(group)
-        model._batchnorm_restat.add(speech, lengths)
+        model._batchnorm_restat.add(speech, lengths, model.batchnorm_restat_budget)
     calls = []
     hook = model.encoder.register_forward_pre_hook(lambda m, inputs: calls.append(tuple(inputs[0].shape[:2])))
     model.eval()
@@ -208,29 +208,81 @@ def test_the_restat_of_long_utterances_costs_no_more_than_validating_them():
     assert max(t for _, t in calls) >= long_frames  # the long utterances were encoded
 
 
-def test_reservoir_is_a_deterministic_sample_of_everything_offered():
-    def run():
-        r = BatchNormRestat(5, seed=3)
-        for start in range(0, 40, 4):  # 10 batches of 4 utterances, utterance i holds the value i
-            speech = torch.arange(start, start + 4, dtype=torch.float32)[:, None].repeat(1, 6)
-            r.add(speech, torch.tensor([6, 5, 4, 3]))
-        return [(float(u[0]), u.numel()) for u in r._utts]
+def reference_sample(costs, capacity, seed):
+    """The contract of the sample, computed offline: one key per utterance in offered order from
+    ``random.Random(seed)``, then the longest run in key order whose total cost fits ``capacity``."""
+    import random
 
-    kept = run()
-    assert kept == run() and len(kept) == 5
-    assert len({v for v, _ in kept}) == 5 and all(0 <= v < 40 for v, _ in kept)
-    assert all(n == [6, 5, 4, 3][int(v) % 4] for v, n in kept)  # unpadded copies
-    assert max(v for v, _ in kept) >= 5  # later utterances replace earlier ones
+    rng = random.Random(seed)
+    keys = [rng.random() for _ in costs]
+    kept, total = [], 0
+    for i in sorted(range(len(costs)), key=keys.__getitem__):
+        if total + costs[i] > capacity:
+            break
+        kept.append(i)
+        total += costs[i]
+    return sorted(kept)
 
+
+def offer(r, lengths, budget, batch=4):
+    """Offer utterances ``i`` of ``lengths[i]`` samples, each filled with the value ``i``, in batches."""
+    for start in range(0, len(lengths), batch):
+        part = lengths[start:start + batch]
+        speech = torch.zeros(len(part), max(part))
+        for b, n in enumerate(part):
+            speech[b, :n] = start + b
+        r.add(speech, torch.tensor(part), budget)
+    return sorted(int(u[0]) for u in r._utts)
+
+
+def test_the_sample_is_the_longest_prefix_in_key_order_that_fits_the_budget():
+    """Bounded in frames, not in utterances: long-tailed lengths (1 to 100 standard frames), a
+    capacity of 3 batches of 60 frames; the streaming sample equals the offline definition."""
+    import random
+
+    lengths = [160 * random.Random(i).choice([1, 2, 3, 5, 10, 40, 100]) for i in range(60)]
+    budget = RestatBudget(batch_bins=60, max_batch_size=None, hop_length=160)
+    costs = [1 + n // 160 for n in lengths]
+    for seed in range(5):
+        r = BatchNormRestat(3, seed=seed)
+        kept = offer(r, lengths, budget)
+        assert kept == reference_sample(costs, 180, seed)
+        assert r.total_cost == sum(costs[i] for i in kept) <= 180
+        assert all(u.numel() == lengths[int(u[0])] for u in r._utts)  # unpadded copies
+    assert len({tuple(offer(BatchNormRestat(3, seed=s), lengths, budget)) for s in range(5)}) > 1
+    # the same offer, one utterance per call: the same sample (keys follow the utterances, not the batches)
+    assert offer(BatchNormRestat(3, seed=4), lengths, budget, batch=1) == kept  # seed 4, the loop's last
+
+
+def test_the_sample_is_deterministic_and_uniform_over_the_epoch():
+    """A count budget (ESPnet's ``folded``: one per utterance): 5 of 40 utterances, each kept 5/40 of
+    the time over 400 seeds, early and late ones alike; the draws restart with ``clear``."""
+    budget = RestatBudget(max_batch_size=5)  # 1 batch of 5 utterances
+    lengths = [6, 5, 4, 3] * 10
+    r = BatchNormRestat(1, seed=3)
+    kept = offer(r, lengths, budget)
+    r.clear()
+    assert len(r) == 0 and offer(r, lengths, budget) == kept and len(kept) == 5
     counts = torch.zeros(40)
     for seed in range(400):
-        r = BatchNormRestat(5, seed=seed)
-        for start in range(0, 40, 4):
-            r.add(torch.arange(start, start + 4, dtype=torch.float32)[:, None], torch.ones(4, dtype=torch.long))
-        for u in r._utts:
-            counts[int(u[0])] += 1
-    # uniform: each utterance kept with probability 5/40, i.e. 50 of 400 times; first and last quarter alike
+        for i in offer(BatchNormRestat(1, seed=seed), lengths, budget):
+            counts[i] += 1
     assert abs(counts[:10].mean() - 50) < 10 and abs(counts[30:].mean() - 50) < 10
+
+
+def test_the_samples_size_follows_the_budget_not_the_utterance_count(batch):
+    """The same model and training utterances (48 digits, about 2,000 standard frames): a sample of 1
+    evaluation batch of 200 frames holds at most 200, a sample of 6 nearly 1,200."""
+    frames = {}
+    for num_batches in (1, 6):
+        model = build_tiny_model(model="token_normalized", batch_type="dynres", batch_bins=3000,
+                                 valid_batch_bins=200, model_conf=dict(ctc_weight=0.3,
+                                                                       batchnorm_restat_batches=num_batches))
+        speech, lengths = pad_batch(real_utterances(48, start=100))
+        model._batchnorm_restat.add(speech, lengths, model.batchnorm_restat_budget)
+        frames[num_batches] = model._batchnorm_restat.total_cost
+        assert frames[num_batches] <= 200 * num_batches
+    assert 200 * 6 - 100 < frames[6] and frames[1] < frames[6] / 3
 
 
 def _ddp_worker(rank: int, init_file: str, out_dir: str, batch) -> None:
@@ -242,7 +294,7 @@ def _ddp_worker(rank: int, init_file: str, out_dir: str, batch) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=8))
     ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
     speech, lengths, text, text_lengths = (t[rank::2].clone() for t in batch)  # ESPnet's split
     loss, _, _ = ddp(speech, lengths, text, text_lengths)
@@ -260,7 +312,7 @@ def test_under_ddp_the_statistics_are_those_of_every_ranks_sample(batch, tmp_pat
 
     mp.spawn(_ddp_worker, args=(str(tmp_path / "init"), str(tmp_path), batch), nprocs=2, join=True)
     ranks = torch.load(tmp_path / "rank0.pt")
-    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=8))
     train_step(model, batch)  # one process holding all four utterances
     model.eval()
     rank0_only = eval_input_statistics(model, [batch[0][b, : batch[1][b]] for b in (0, 2)])

@@ -30,7 +30,7 @@ CONFORMER = dict(TRANSFORMER, use_cnn_module=True, cnn_module_kernel=7)
 def feature_model(model: str, encoder: str):
     return build_tiny_model(model=model, frontend=None, input_size=FEAT_DIM, batch_type="numel",
                             encoder=encoder, encoder_conf=CONFORMER if encoder == "conformer" else TRANSFORMER,
-                            model_conf=dict(ctc_weight=0.3, batchnorm_restat_utts=8))
+                            model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=8))
 
 
 @pytest.mark.parametrize("model_name", ["dynres", "token_normalized"])

@@ -93,9 +93,9 @@ def test_restat_gives_every_model_the_plugins_statistics(setup, tmp_path):
     train = write_data_dir(tmp_path / "train", count=6, start=800, concat=2)
     stats = {}
     for name, (config, weights) in models.items():
-        model, _ = ASRTask.build_model_from_file(config, weights, "cpu")
+        model, train_args = ASRTask.build_model_from_file(config, weights, "cpu")
         before = [m.running_var.clone() for m in model.modules() if isinstance(m, _BatchNorm)]
-        assert vm.restat_batchnorm(model, train, 4) == len(before) > 0
+        assert vm.restat_batchnorm(model, train_args, train, 4) == len(before) > 0
         after = [m.running_var for m in model.modules() if isinstance(m, _BatchNorm)]
         assert all(not torch.allclose(a, b) for a, b in zip(after, before))
         stats[name] = after
@@ -114,6 +114,6 @@ def test_restat_names_a_malformed_wav_scp_line(setup, tmp_path):
     bad = tmp_path / "train"
     bad.mkdir()
     (bad / "wav.scp").write_text("utt_without_path\n", encoding="utf-8")
-    model, _ = ASRTask.build_model_from_file(models["espnet"][0], models["espnet"][1], "cpu")
+    model, train_args = ASRTask.build_model_from_file(models["espnet"][0], models["espnet"][1], "cpu")
     with pytest.raises(ValueError, match="utt_without_path.*fix or remove that line"):
-        vm.restat_batchnorm(model, bad, 4)
+        vm.restat_batchnorm(model, train_args, bad, 4)
