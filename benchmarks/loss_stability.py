@@ -49,6 +49,17 @@ configs' ``batch_type``/``batch_bins``/``seed`` must agree and every common epoc
 same number of steps in both, else it stops with an error naming both arms; epochs the lender
 has not finished are left out of the borrower's figures (noted).
 
+**Token counts from the run's own plan.**  ``--arm NAME=EXPDIR:plan`` needs no partner: the
+counts come from the batches ESPnet's training iterator gives the run, rebuilt from its
+``config.yaml`` (``ASRTask.build_iter_factory``, ``build_iter(epoch)`` per finished epoch, with
+this plugin's batch types registered; no audio is read) and the target tokens per utterance of its
+text shape file (``train_shape_file``, the ``text_shape*`` entry: the preprocessed target length
+the model gets as ``text_lengths``).  Relative paths in ``config.yaml`` are read from the current
+directory, as ESPnet reads them (run it from the recipe directory).  An epoch whose plan has
+another number of batches than its step lines stops it with an error.  (Single-process runs:
+under DDP a step's counts are those of every rank together, which one process's log does not
+hold.)
+
 **Seeds.**  Give ``--arm`` once per seed with the same NAME: the seed label is the config's
 ``seed``, or ``NAME@SEED=EXPDIR`` sets it.  ``TOKENS_FROM`` is ``OTHER`` (the run of OTHER with
 the same seed label, or its only run) or ``OTHER@SEED``.  The report lists each seed and the
@@ -238,7 +249,9 @@ def parse_arms(specs: List[str]) -> List[RunSpec]:
     for name, seed, exp_dir, tokens_from, spec in raw:
         if not exp_dir.is_dir():
             raise ReportError(f"--arm {spec!r}: no directory {exp_dir}")
-        if tokens_from is not None and tokens_from.partition("@")[0] not in names:
+        if name == PLAN:
+            raise ReportError(f"--arm {spec!r}: {PLAN!r} is reserved (TOKENS_FROM {PLAN!r}); name the arm otherwise")
+        if tokens_from is not None and tokens_from != PLAN and tokens_from.partition("@")[0] not in names:
             raise ReportError(f"--arm {spec!r}: TOKENS_FROM {tokens_from!r} is not one of the arms {sorted(names)}")
         config = _config(exp_dir)
         if seed is None:
@@ -312,6 +325,79 @@ def borrowed_counts(run: RunSpec, log: TrainLog, lender: RunSpec, lender_log: Tr
         raise ReportError(f"{both}: no common finished epoch")
     log.epochs = kept
     return notes
+
+
+PLAN = "plan"  # TOKENS_FROM that takes the counts from the run's own planned batches
+
+
+def planned_batches(exp_dir: Path, epochs: List[int]) -> Dict[int, List[List[str]]]:
+    """The utterance ids of every training batch, in training order, of each of ``epochs``, as
+    ESPnet's training iterator of the run in ``exp_dir`` (its ``config.yaml``) builds them."""
+    import espnet_dynres  # noqa: F401  (registers the plugin's batch types with ESPnet)
+    from espnet2.tasks.asr import ASRTask
+    from espnet2.train.distributed_utils import DistributedOption
+
+    config = _config(exp_dir)
+    if not config:
+        raise ReportError(f"{exp_dir}: no config.yaml, so its batches cannot be planned again (':{PLAN}')")
+    try:
+        factory = ASRTask.build_iter_factory(argparse.Namespace(**config), DistributedOption(distributed=False),
+                                             mode="train")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ReportError(f"{exp_dir / 'config.yaml'}: cannot rebuild its training iterator ({exc}); run from the "
+                          "directory its relative paths start from (the recipe directory)") from None
+    out = {}
+    for epoch in epochs:
+        loader = factory.build_iter(epoch)
+        out[epoch] = [[item if isinstance(item, str) else item[0] for item in batch] for batch in loader.batch_sampler]
+    return out
+
+
+def text_shape_tokens(run: RunSpec) -> Dict[str, int]:
+    """Target tokens per utterance from the run's text shape file (``key L[,V]``)."""
+    shapes = [Path(f) for f in run.config.get("train_shape_file") or [] if "text_shape" in Path(f).name]
+    if not shapes:
+        raise ReportError(f"arm {run.label}: its config.yaml names no text shape file in train_shape_file "
+                          f"({run.config.get('train_shape_file')}), so ':{PLAN}' has no token counts")
+    if not shapes[0].is_file():
+        raise ReportError(f"arm {run.label}: no text shape file {shapes[0]} (relative paths start from the current "
+                          "directory: run from the recipe directory)")
+    tokens = {}
+    for number, line in enumerate(shapes[0].read_text(encoding="utf-8").splitlines(), 1):
+        key, _, shape = line.strip().partition(" ")
+        if not key:
+            continue
+        try:
+            tokens[key] = int(shape.split(",")[0])
+        except ValueError:
+            raise ReportError(f"{shapes[0]}:{number}: expected 'utt_id L[,V]', got {line!r}") from None
+    return tokens
+
+
+def planned_counts(run: RunSpec, log: TrainLog) -> List[str]:
+    """Attach per-step ``batch_tokens``/``batch_size`` from the run's own planned batches
+    (:func:`planned_batches`, :func:`text_shape_tokens`) to ``log``'s steps (in place); returns notes.
+
+    Raises:
+        ReportError: the run logs counts itself, a batch holds an utterance without a shape line, or
+        an epoch's plan has another number of batches than its step lines.
+    """
+    if any("batch_tokens" in s for e in log.epochs for s in e.steps):
+        raise ReportError(f"arm {run.label} logs batch_tokens itself; drop ':{PLAN}' from its --arm")
+    tokens = text_shape_tokens(run)
+    plans = planned_batches(run.exp_dir, [e.epoch for e in log.epochs])
+    for e in log.epochs:
+        plan = plans[e.epoch]
+        if len(plan) != len(e.steps):
+            raise ReportError(f"arm {run.label}: epoch {e.epoch} has {len(e.steps)} steps in {log.path} but its "
+                              f"config.yaml plans {len(plan)} batches: not the data or options it was trained with")
+        for step, batch in zip(e.steps, plan):
+            missing = [k for k in batch if k not in tokens]
+            if missing:
+                raise ReportError(f"arm {run.label}: utterance {missing[0]} of epoch {e.epoch} has no line in its "
+                                  "text shape file")
+            step["batch_tokens"], step["batch_size"] = float(sum(tokens[k] for k in batch)), float(len(batch))
+    return [f"token counts from its planned batches (config.yaml, {len(log.epochs)} epochs)"]
 
 
 def _cv(x: np.ndarray) -> float:
@@ -679,7 +765,8 @@ def get_parser() -> argparse.ArgumentParser:
                                 epilog="See the module docstring (benchmarks/loss_stability.py) for the definitions.")
     p.add_argument("--arm", action="append", required=True, metavar="NAME[@SEED]=EXPDIR[:TOKENS_FROM]",
                    help="an ESPnet exp dir trained with log_interval: 1 (repeatable; the same NAME again = another "
-                        "seed; TOKENS_FROM: the arm, OTHER or OTHER@SEED, whose per-step batch_tokens/batch_size to use)")
+                        "seed; TOKENS_FROM: the arm, OTHER or OTHER@SEED, whose per-step batch_tokens/batch_size to use, or "
+                        "'plan': from the run's own batches, rebuilt from its config.yaml)")
     p.add_argument("--out_dir", type=Path, required=True)
     p.add_argument("--warmup_steps", type=int, default=None,
                    help="override every arm's scheduler_conf.warmup_steps (steps <= it are warm-up)")
@@ -698,10 +785,13 @@ def report(args) -> Tuple[dict, Dict[Tuple[str, str], dict]]:
     runs = parse_arms(args.arm)
     logs = {r.label: read_train_log(r.exp_dir) for r in runs}
     notes: Dict[str, List[str]] = {r.label: [] for r in runs}
+    for r in runs:  # first: a run planned again may lend its counts
+        if r.tokens_from == PLAN:
+            notes[r.label] += planned_counts(r, logs[r.label])
     for r in runs:
-        if r.tokens_from is not None:
+        if r.tokens_from is not None and r.tokens_from != PLAN:
             lender = lender_of(r, runs)
-            if lender.tokens_from is not None:
+            if lender.tokens_from is not None and lender.tokens_from != PLAN:
                 raise ReportError(f"arm {r.label}: its TOKENS_FROM {lender.label} borrows counts itself; "
                                   "name the token_normalized arm directly")
             notes[r.label] += borrowed_counts(r, logs[r.label], lender, logs[lender.label])

@@ -61,8 +61,9 @@ class DynResASRModel(ESPnetASRModel):
        batches obey :attr:`batchnorm_restat_budget`, which
        ``espnet_dynres`` sets from the run's validation budget
        (:meth:`RestatBudget.from_task_args`: ``valid_batch_bins``, else
-       ``batch_bins``); a model built outside ESPnet's task encodes one
-       utterance at a time.  It works on raw audio and on extracted features
+       ``batch_bins``); a model built outside ESPnet's task has the budget
+       ``RestatBudget(max_batch_size=1)``: a sample of
+       ``batchnorm_restat_batches`` utterances, encoded one at a time.  It works on raw audio and on extracted features
        (``frontend: null``, ``speech (B, T_frames, D)``) alike.
 
     Why one attribute of per-forward state (``self._speech_frames``): ESPnet's

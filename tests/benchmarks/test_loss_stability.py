@@ -286,3 +286,58 @@ def test_a_resumed_run_appended_to_the_log_keeps_the_last_pass_of_an_epoch(tmp_p
     r = res["arms"]["tn"]["runs"]["0"]
     assert r["steps"] == 12 and r["grad_norm_cv"] == pytest.approx(1 / 3)
     assert any("restarts" in n for n in r["notes"])
+
+
+@pytest.mark.parametrize("batch_type, batch_bins", [("numel", "40000"), ("dynres", "240")])
+def test_planned_counts_are_the_counts_a_real_training_logged(tmp_path, caplog, batch_type, batch_bins):
+    """Two real epochs of ``model: token_normalized`` (which logs N and B per step), the log then
+    stripped of those two fields as ESPnet's own model writes it: ``:plan`` rebuilds the same counts
+    step by step from config.yaml and the text shape file."""
+    import logging
+    import re
+
+    from espnet2.tasks.asr import ASRTask
+
+    from factory import training_data_args, write_data_dir
+
+    train = write_data_dir(tmp_path / "train", count=12, start=300)
+    valid = write_data_dir(tmp_path / "valid", count=2, start=330)
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    handler = logging.FileHandler(exp / "train.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    try:
+        with caplog.at_level("INFO"):
+            ASRTask.main(cmd=[
+                "--config", str(REPO_ROOT / "conf" / "train_asr_conformer_dynres_ci.yaml"), "--output_dir", str(exp),
+                "--ngpu", "0", "--num_workers", "0", "--batch_type", batch_type, "--batch_bins", batch_bins,
+                "--max_epoch", "2", "--log_interval", "1", "--normalize", "none", "--use_tensorboard", "false",
+                *training_data_args(train, valid),
+            ])  # fmt: skip
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    ls = load()
+    logged = ls.read_train_log(exp)
+    counts = [(s["batch_tokens"], s["batch_size"]) for e in logged.epochs for s in e.steps]
+    assert len(logged.epochs) == 2 and len(counts) >= 6 and len(set(counts)) > 1
+    stripped = tmp_path / "stripped"
+    stripped.mkdir()
+    (stripped / "config.yaml").write_text((exp / "config.yaml").read_text())
+    text = re.sub(r"(, )?batch_(tokens|size)=[-0-9.e+]+", "", (exp / "train.log").read_text())
+    (stripped / "train.log").write_text(text)
+    res, _ = run(tmp_path, f"planned={stripped}:plan")
+    planned = ls.read_train_log(stripped)
+    spec = ls.parse_arms([f"planned={stripped}:plan"])[0]
+    ls.planned_counts(spec, planned)
+    assert [(s["batch_tokens"], s["batch_size"]) for e in planned.epochs for s in e.steps] == counts
+    assert res["arms"]["planned"]["runs"]["0"]["tokens_source"] == "from plan"
+    # a config that plans other batches than the log's is refused
+    import yaml
+
+    config = yaml.safe_load((exp / "config.yaml").read_text())
+    config["batch_bins"] = int(batch_bins) // 2
+    (stripped / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ls.ReportError, match=r"epoch 1 has \d+ steps in .* plans \d+ batches"):
+        ls.planned_counts(ls.parse_arms([f"planned={stripped}:plan"])[0], ls.read_train_log(stripped))
