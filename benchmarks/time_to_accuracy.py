@@ -16,7 +16,9 @@ wall-clock figures are measured under the same machine load.  Then, per arm and 
 * the wall-clock and steps at which the arm first reaches the target: by default the reference
   arm's best valid CTC error rate in the same seed (``--target_arm``, ``--metric``);
 * the test WER of its ``valid.acc.ave.pth`` decoded with the recipe's inference config
-  (stages 12–13).
+  (stages 12–13);
+* the peak resident memory of its training and of its decoding: the largest process of each
+  stage's process tree (``os.wait4``'s ``ru_maxrss``; ``<tag>.memory.json`` in ``--out_dir``).
 
 Usage (CPU, the recipe's data in ``--datadir``/``--dumpdir``/``--expdir``, stats from stage 10)::
 
@@ -52,7 +54,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import yaml
 
@@ -120,17 +122,52 @@ def copy_epoch_checkpoints(exp_dir: Path, stop: threading.Event, poll_sec: float
         stop.wait(poll_sec)
 
 
-def run_recipe(args, tag: str, stages: str, extra: List[str], log: Path) -> None:
-    """``run.sh --stage a --stop_stage b`` of the recipe for one experiment tag; raises on failure."""
+# Runs argv[2:] and writes the peak RSS (KiB) of its process tree to argv[1]: RUSAGE_CHILDREN of this
+# small process, so neither the benchmark's own memory (inherited by a child until it execs) nor
+# this wrapper's counts.
+_MEASURE = ("import resource, subprocess, sys\n"
+            "code = subprocess.call(sys.argv[2:])\n"
+            "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+            "sys.exit(code)\n")
+
+
+def run_measured(cmd: List[str], cwd: Path, env: dict, log: Path) -> Tuple[int, int]:
+    """Run ``cmd`` to its end with stdout and stderr in ``log``; returns its exit code and the peak
+    resident memory in KiB of the largest process of its tree (``ru_maxrss`` of the children of a
+    small wrapper process, as Linux reports it: every descendant that was waited for; not a sum)."""
+    peak = log.with_name(log.name + ".peak_rss_kib")
+    with open(log, "w") as fh:
+        code = subprocess.call([sys.executable, "-c", _MEASURE, str(peak), *cmd], cwd=cwd, env=env, stdout=fh,
+                               stderr=subprocess.STDOUT)
+    peak_kib = int(peak.read_text()) if peak.exists() else 0
+    peak.unlink(missing_ok=True)
+    return code, peak_kib
+
+
+def run_recipe(args, tag: str, stages: str, extra: List[str], log: Path) -> int:
+    """``run.sh --stage a --stop_stage b`` of the recipe for one experiment tag; returns the peak
+    resident memory (KiB) of its largest process (:func:`run_measured`); raises on failure."""
     a, b = stages.split("-")
     cmd = ["bash", "run.sh", "--stage", a, "--stop_stage", b, "--ngpu", str(args.ngpu), "--num_train",
            str(args.num_train), "--datadir", str(args.datadir), "--dumpdir", str(args.dumpdir), "--expdir",
            str(args.expdir), "--asr_tag", tag, "--python", sys.executable] + extra
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    with open(log, "w") as fh:
-        proc = subprocess.run(cmd, cwd=args.recipe_dir, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}); see {log}")
+    code, peak_kib = run_measured(cmd, args.recipe_dir, env, log)
+    if code != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {code}); see {log}")
+    return peak_kib
+
+
+def memory_file(args, tag: str) -> Path:
+    """``<out_dir>/<tag>.memory.json``: peak resident memory (GiB) of the arm's training and decoding."""
+    return args.out_dir / f"{tag}.memory.json"
+
+
+def record_memory(args, tag: str, what: str, peak_kib: int) -> None:
+    path = memory_file(args, tag)
+    entry = json.loads(path.read_text()) if path.exists() else {}
+    entry[f"{what}_peak_rss_gib"] = peak_kib / 2**20
+    path.write_text(json.dumps(entry) + "\n")
 
 
 def train_arm(args, arm: str, config: Path, seed: int) -> None:
@@ -147,9 +184,11 @@ def train_arm(args, arm: str, config: Path, seed: int) -> None:
     copier.start()
     asr_args = f"--seed {seed} --max_epoch {args.max_epoch} {args.asr_args}".strip()
     print(f"[{tag}] training {config} ({asr_args})", flush=True)
+    memory_file(args, tag).unlink(missing_ok=True)
     try:
-        run_recipe(args, tag, "11-11", ["--asr_config", str(config.resolve()), "--asr_args", asr_args],
-                   args.out_dir / f"{tag}.train.out")
+        peak = run_recipe(args, tag, "11-11", ["--asr_config", str(config.resolve()), "--asr_args", asr_args],
+                          args.out_dir / f"{tag}.train.out")
+        record_memory(args, tag, "train", peak)
     finally:
         stop.set()
         copier.join()
@@ -158,8 +197,9 @@ def train_arm(args, arm: str, config: Path, seed: int) -> None:
 def decode_arm(args, arm: str, seed: int) -> Optional[dict]:
     """Stages 12–13 with ``--inference_config``; the test WER line of ESPnet's score."""
     tag = arm_tag(args, arm, seed)
-    run_recipe(args, tag, "12-13", ["--inference_config", str(args.inference_config.resolve())],
-               args.out_dir / f"{tag}.decode.out")
+    peak = run_recipe(args, tag, "12-13", ["--inference_config", str(args.inference_config.resolve())],
+                      args.out_dir / f"{tag}.decode.out")
+    record_memory(args, tag, "decode", peak)
     return parse_wer(score_dir(args, tag))
 
 
@@ -256,8 +296,11 @@ def report(args, arms: Dict[str, Path]) -> dict:
                 rows.append({"epoch": epoch, "wall_sec": run.wall_seconds[i], "train_sec": run.cumulative_seconds[i],
                              "steps": run.steps[i], "encoder_input_frames": sum(per_epoch[:epoch]), **valid})
                 print(f"[{tag}] epoch {epoch}: {rows[-1]}", flush=True)
+            memory = json.loads(memory_file(args, tag).read_text()) if memory_file(args, tag).exists() else {}
             results["arms"].setdefault(arm, {})[seed] = {"epochs": rows, "test": parse_wer(score_dir(args, tag)),
-                                                         "batches_per_epoch": audits[0]["batches"]}
+                                                         "batches_per_epoch": audits[0]["batches"],
+                                                         "train_peak_rss_gib": memory.get("train_peak_rss_gib"),
+                                                         "decode_peak_rss_gib": memory.get("decode_peak_rss_gib")}
     return add_targets(results, list(arms), args.seeds)
 
 
@@ -364,8 +407,8 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
 def markdown(results: dict) -> str:
     lines = [f"Target: the best valid `{results['metric']}` of `{results['target_arm']}` in the same seed.", "",
              "| arm | seed | target | reached at epoch | wall-clock s | steps | × target arm's time | test WER % (S/D/I) "
-             "| wall-clock s, last epoch | encoder input frames / epoch |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| wall-clock s, last epoch | encoder input frames / epoch | peak RSS GiB, training / decoding |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm, seeds in results["arms"].items():
         for seed, e in seeds.items():
             r, t, last = e.get("reached"), e.get("test") or {}, e["epochs"][-1]
@@ -374,8 +417,10 @@ def markdown(results: dict) -> str:
             wer = f"{t['wer']:.2f} ({t.get('S', '?')}/{t.get('D', '?')}/{t.get('I', '?')})" if "wer" in t else "—"
             frames = last.get("encoder_input_frames")
             frames_per_epoch = "—" if frames is None else f"{frames / last['epoch']:,.0f}"
+            memory = " / ".join("—" if e.get(k) is None else f"{e[k]:.2f}"
+                                for k in ("train_peak_rss_gib", "decode_peak_rss_gib"))
             lines.append(f"| {arm} | {seed} | {e['target']:.3f} | {' | '.join(reached)} | {wer} "
-                         f"| {last['wall_sec']:.0f} | {frames_per_epoch} |")
+                         f"| {last['wall_sec']:.0f} | {frames_per_epoch} | {memory} |")
     nan = float("nan")
     lines += ["", "| arm | seed | epoch | wall-clock s | steps | valid acc (all targets) | valid CTC WER "
               "| valid att. loss / target | `<eos>` argmax share |",

@@ -122,6 +122,7 @@ def test_two_arms_through_the_recipe_end_to_end(tmp_path):
         assert 0.0 <= row["acc_token"] <= 1.0 and row["ter_ctc_token"] >= 0.0
         assert entry["test"]["N"] > 0 and entry["test"]["wer"] >= 0.0  # decoded and scored
         assert (tmp_path / "exp" / f"asr_tta_{arm}_s0" / "epochs" / "1epoch.pth").exists()
+        assert 0.2 < entry["train_peak_rss_gib"] < 20 and 0.2 < entry["decode_peak_rss_gib"] < 20  # torch + model
     assert results["arms"]["numel"]["0"]["reached"]["epoch"] == 1  # the reference reaches its own best
     assert (tmp_path / "tta" / "time_to_accuracy.png").stat().st_size > 0
     assert "| dynres | 0 |" in (tmp_path / "tta" / "time_to_accuracy.md").read_text()
@@ -207,3 +208,17 @@ def test_epoch_checkpoints_are_copied_only_once_written(tmp_path):
     assert not copier.is_alive()
     assert (exp / "epochs" / "1epoch.pth").read_bytes() == ckpt.read_bytes()
     assert (exp / "epochs" / "2epoch.pth").read_bytes() == b"second"  # copied on the final pass
+
+
+def test_peak_memory_is_that_of_the_largest_process_of_the_tree(tmp_path):
+    """A shell whose grandchild holds 300 MiB for a moment: the peak is at least that, and a tree
+    whose processes hold little stays far below it."""
+    import os
+
+    tta = load_script(SCRIPT)
+    hold = f"{sys.executable} -c 'x = bytearray(300 * 2**20); x[::4096] = b\"a\" * len(x[::4096])'"
+    code, peak_kib = tta.run_measured(["bash", "-c", f"bash -c \"{hold}\"; exit 3"], tmp_path, dict(os.environ),
+                                      tmp_path / "log")
+    assert code == 3 and peak_kib > 300 * 1024
+    code, small_kib = tta.run_measured(["bash", "-c", "true"], tmp_path, dict(os.environ), tmp_path / "log")
+    assert code == 0 and small_kib < 100 * 1024
