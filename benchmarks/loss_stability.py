@@ -14,6 +14,8 @@ the batch; a per-token loss (``model: token_normalized``) should not.  Per arm t
   the whole run from ESPnet's cumulative ``total_count``);
 * ``grad_norm_cv``: std / mean of the per-step ``grad_norm`` after warm-up (population std,
   ``ddof=0``; non-finite norms left out and counted);
+* ``grad_norm_p95``: the 95th percentile of ``grad_norm`` after warm-up (linear interpolation),
+  for a control arm whose ``grad_clip`` rarely acts (set it above this);
 * ``clipped_share``: share of the steps after warm-up with ``grad_norm > grad_clip``
   (``clip_logged_share``: the same from ESPnet's own ``clip`` field, as a check);
 * ``corr_grad_tokens_per_utt``: Pearson correlation, after warm-up, of ``grad_norm`` with the
@@ -562,6 +564,7 @@ def analyse(run: RunSpec, log: TrainLog, args, utt2dur, notes: List[str]) -> dic
         "steps": int(it.size), "steps_after_warmup": int(after.sum()), "nonfinite_grad_steps": int((~finite).sum()),
         "grad_norm_mean": float(np.mean(g[sel])) if sel.any() else NAN,
         "grad_norm_cv": _cv(g[sel]),
+        "grad_norm_p95": float(np.percentile(g[sel], 95)) if sel.any() else NAN,
         "clipped_share": float(np.mean(g[sel] > grad_clip)) if sel.any() else NAN,
         "clip_logged_share": float(np.mean(c[sel] > 0)) if sel.any() and np.isfinite(c[sel]).all() else NAN,
         "corr_grad_tokens_per_utt": _corr(g[sel], ratio[sel]) if has_counts else NAN,
@@ -581,7 +584,7 @@ def _seconds(start: Optional[datetime.datetime], end: Optional[datetime.datetime
     return (end - start).total_seconds() if start is not None and end is not None else NAN
 
 
-SUMMARY_KEYS = ("steps_after_warmup", "grad_norm_mean", "grad_norm_cv", "clipped_share", "clip_logged_share",
+SUMMARY_KEYS = ("steps_after_warmup", "grad_norm_mean", "grad_norm_cv", "grad_norm_p95", "clipped_share", "clip_logged_share",
                 "corr_grad_tokens_per_utt", "corr_log_grad_log_tokens_per_utt", "loss_oscillation",
                 "wall_clock_sec")
 EPOCH_KEYS = ("per_token_train_loss", "grad_norm_cv", "clipped_share", "valid_ter_ctc_token", "valid_acc_token",
@@ -623,8 +626,8 @@ def markdown(results: dict) -> str:
              "| arm | seed | steps after warm-up | grad-norm CV | clipped % | corr(g, N/B) | corr(log g, log N/B) "
              "| loss oscillation | per-token train loss, last epoch | valid CTC TER, last epoch "
              "| valid acc, last epoch | test WER % | " + " | ".join(f"WER % {b}" for b in labels)
-             + " | wall-clock s | token counts |",
-             "|" + "---|" * (15 + len(labels))]
+             + " | wall-clock s | grad-norm p95 (grad_clip) | token counts |",
+             "|" + "---|" * (16 + len(labels))]
     for arm, entry in results["arms"].items():
         for seed, r in entry["runs"].items():
             last, t = r["epochs"][-1], r.get("test") or {}
@@ -636,7 +639,8 @@ def markdown(results: dict) -> str:
                 f"| {_f(last['per_token_train_loss'])} | {_f(last['valid_ter_ctc_token'])} "
                 f"| {_f(last['valid_acc_token'])} | {_f(t.get('wer'), '.2f')} | "
                 + " | ".join(_f(x, ".2f") for x in bins)
-                + f" | {_f(r['wall_clock_sec'], '.0f')} | {r['tokens_source'] or '—'} |")
+                + f" | {_f(r['wall_clock_sec'], '.0f')} | {_f(r['grad_norm_p95'], '.2f')} ({_f(r['grad_clip'], 'g')}) "
+                f"| {r['tokens_source'] or '—'} |")
         m = entry.get("mean")
         if m and m["seeds"] > 1:
             lines.append(
@@ -646,7 +650,7 @@ def markdown(results: dict) -> str:
                 f"| {_f(m['last_epoch']['per_token_train_loss'])} | {_f(m['last_epoch']['valid_ter_ctc_token'])} "
                 f"| {_f(m['last_epoch']['valid_acc_token'])} | {_f(m['test_wer'], '.2f')} | "
                 + " | ".join(_f(x, ".2f") for x in m["test_wer_by_duration"])
-                + f" | {_f(m['wall_clock_sec'], '.0f')} | |")
+                + f" | {_f(m['wall_clock_sec'], '.0f')} | {_f(m['grad_norm_p95'], '.2f')} | |")
     lines += ["", "Definitions: " + " ".join(f"*{k}*: {v}" for k, v in results["definitions"].items()), "",
               "Per epoch (grad-norm CV and clipped share over the epoch's steps after warm-up):", "",
               "| arm | seed | epoch | steps | after warm-up | per-token train loss | grad-norm CV | clipped % "
@@ -748,6 +752,7 @@ def _clean(x):
 DEFINITIONS = {
     "grad-norm CV": "std/mean (ddof=0) of the per-step grad_norm (before clipping) after warm-up;",
     "clipped %": "share of steps after warm-up with grad_norm > grad_clip;",
+    "grad-norm p95": "95th percentile of grad_norm after warm-up (a grad_clip above it rarely acts);",
     "corr(g, N/B)": "Pearson correlation after warm-up of grad_norm with the batch's target tokens per utterance;",
     "corr(log g, log N/B)": "the same of their logarithms;",
     "per-token loss": "`loss` as logged for model: token_normalized, else loss * B / max(N, 1); per epoch its "

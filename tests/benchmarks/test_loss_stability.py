@@ -147,6 +147,7 @@ def test_paired_arms_give_the_constructed_figures(tmp_path):
     assert e["corr_log_grad_log_tokens_per_utt"] == pytest.approx(1.0)
     assert e["loss_oscillation"] == pytest.approx(0.0, abs=1e-9)  # loss * B / N is flat
     assert e["tokens_source"] == "from tn"
+    assert t["grad_norm_p95"] == pytest.approx(6.0) and e["grad_norm_p95"] == pytest.approx(7.65)  # 1..8: 1 + 0.95 * 7
     # per-token train loss per epoch: token-weighted
     n1, n2 = TOKENS[:6], TOKENS[6:]
     assert e["epochs"][0]["per_token_train_loss"] == pytest.approx(
