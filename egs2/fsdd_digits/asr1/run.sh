@@ -11,11 +11,13 @@
 #     --expdir DIR --dumpdir DIR [--datadir DIR --asr_tag TAG --token_type word|char|bpe --nbpe N
 #     --fs 16k --num_train N --num_dev N --num_test N --seed N --inference_nj N
 #     --min_wav_duration SEC --max_wav_duration SEC --inference_asr_model NAME --fsdd_dir DIR
-#     --results_readme FILE --corpus digits|longtail --local_data_opts "..."]
+#     --results_readme FILE --corpus digits|longtail --local_data_opts "..." --test_tempo T1,T2,...]
 # --corpus digits (default): 3,000 connected-digit utterances, 0.2-38 s (local/data_prep.py).
 # --corpus longtail: 320 train utterances, 3 s to 3 minutes, median 20 s (local/longtail_data_prep.py);
 #     its own data_longtail/, dump_longtail/, exp_longtail/ and no duration filter unless given.
 # --local_data_opts: extra options of the stage-1 script (see python local/<script>.py --help).
+# --test_tempo 0.8,0.9,1.1,1.25: stage 1 also writes test_tempo<T>, the test set played T times as fast
+#     with its pitch kept (local/tempo_perturb.py); stages 3, 12 and 13 treat each as another test set.
 set -euo pipefail
 
 stage=1
@@ -46,8 +48,9 @@ fsdd_dir=../../../../shared/data/fsdd/recordings
 python=python
 local_data_opts=""  # extra options of stage 1's data script, as asr.sh's --local_data_opts
 results_readme=""   # e.g. README.md: stage 13 also writes this experiment's RESULTS section there
+test_tempo=""       # e.g. 0.8,0.9,1.1,1.25: tempo-changed copies of the test set (pitch kept)
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -89,6 +92,15 @@ bpemodel=none
 train_set=train
 valid_set=dev
 test_sets="test"
+tempos=()
+if [ -n "${test_tempo}" ]; then
+    IFS=, read -r -a tempos <<< "${test_tempo}"
+    for t in "${tempos[@]}"; do
+        [[ "${t}" =~ ^[0-9]*\.?[0-9]+$ ]] && [ "${t}" != 0 ] \
+            || { echo "run.sh: --test_tempo takes positive numbers separated by commas (e.g. 0.8,1.25), got '${test_tempo}'" >&2; exit 2; }
+        test_sets+=" test_tempo${t}"
+    done
+fi
 feats_dir=${dumpdir}/raw
 frontend_name=$(${python} -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1])).get('frontend','default'))" "${asr_config}")
 
@@ -96,6 +108,9 @@ if [ "${stage}" -le 1 ] && [ "${stop_stage}" -ge 1 ]; then
     log "Stage 1: data prep: ${corpus} corpus from ${fsdd_dir} -> ${datadir}/{train,dev,test}"
     ${python} "${data_prep}" --fsdd_dir "${fsdd_dir}" --out_dir "${datadir}" --seed "${seed}" \
         --num_train "${num_train}" --num_dev "${num_dev}" --num_test "${num_test}" ${local_data_opts}
+    for t in "${tempos[@]}"; do
+        ${python} local/tempo_perturb.py --src "${datadir}/test" --dst "${datadir}/test_tempo${t}" --tempo "${t}"
+    done
 fi
 
 if [ "${stage}" -le 2 ] && [ "${stop_stage}" -ge 2 ]; then
