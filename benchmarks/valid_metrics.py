@@ -89,12 +89,10 @@ def restat_batchnorm(model, train_args, train_dir: Path, num_batches: int, seed:
         ValueError: a blank line, a repeated utterance or an utterance without a path in
             ``wav.scp`` (names the file and line or utterance).
     """
-    from espnet_dynres.asr.frontend.dynres import DynResFrontend
+    from espnet_dynres.build_model import restat_budget
     from espnet_dynres.data_checks import read_keyed_file
 
-    frontend = getattr(model, "frontend", None)
-    hop = frontend.hop_length if isinstance(frontend, DynResFrontend) else None
-    budget = RestatBudget.from_task_args(train_args, hop_length=hop)
+    budget = restat_budget(train_args, model)
     wav_scp = train_dir / "wav.scp"
     entries = list(read_keyed_file(wav_scp).items())
     random.Random(seed).shuffle(entries)

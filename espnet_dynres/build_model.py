@@ -26,11 +26,18 @@ def build_model(original: Callable, cls, args: argparse.Namespace):
     config_checks.check_sampler_arguments(args)
     model = config_checks.with_conf_key_check(original)(cls, args)
     if isinstance(model, DynResASRModel):
-        frontend = model.frontend
-        hop = frontend.hop_length if isinstance(frontend, DynResFrontend) else None
-        model.batchnorm_restat_budget = RestatBudget.from_task_args(args, hop_length=hop)
+        model.batchnorm_restat_budget = restat_budget(args, model)
     record_effective_options(args, model)
     return model
+
+
+def restat_budget(args: argparse.Namespace, model: torch.nn.Module) -> RestatBudget:
+    """The run's evaluation budget for ``model``'s BatchNorm re-estimate
+    (:meth:`RestatBudget.from_task_args`, with the dynres frontend's standard frame shift when
+    the model has one)."""
+    frontend = getattr(model, "frontend", None)
+    hop = frontend.hop_length if isinstance(frontend, DynResFrontend) else None
+    return RestatBudget.from_task_args(args, hop_length=hop)
 
 
 def record_effective_options(args: argparse.Namespace, model: torch.nn.Module) -> None:

@@ -18,9 +18,9 @@ itself is unchanged: in training mode BatchNorm normalises with the batch's own 
 the running ones are only an output.
 
 The re-estimate is a pass over data like validation and is bounded like it: its sample holds
-``batchnorm_restat_batches`` of the run's evaluation budgets, its batches obey that budget (:class:`RestatBudget`, from ``valid_batch_bins`` or ``batch_bins``), are
-moved to the model's device one at a time, and an utterance over the budget alone is encoded
-alone, as the validation sampler gives it a batch of its own.
+``batchnorm_restat_batches`` of the run's evaluation budgets, its batches obey that budget
+(:class:`RestatBudget`, from ``valid_batch_bins`` or ``batch_bins``), are moved to the model's
+device one at a time, and an utterance over the budget alone is encoded alone, as the validation sampler gives it a batch of its own.
 
 The estimate is "precise BatchNorm" (Wu & Johnson, "Rethinking 'Batch' in BatchNorm", 2021,
 §3): population statistics computed over many samples with the final weights, instead of

@@ -63,7 +63,8 @@ class DynResASRModel(ESPnetASRModel):
        (:meth:`RestatBudget.from_task_args`: ``valid_batch_bins``, else
        ``batch_bins``); a model built outside ESPnet's task has the budget
        ``RestatBudget(max_batch_size=1)``: a sample of
-       ``batchnorm_restat_batches`` utterances, encoded one at a time.  It works on raw audio and on extracted features
+       ``batchnorm_restat_batches`` utterances, encoded one at a time.  It
+       works on raw audio and on extracted features
        (``frontend: null``, ``speech (B, T_frames, D)``) alike.
 
     Why one attribute of per-forward state (``self._speech_frames``): ESPnet's
