@@ -13,10 +13,13 @@ wall-clock figures are measured under the same machine load.  Then, per arm and 
   (``benchmarks/valid_metrics.py``: token-weighted attention accuracy, CTC greedy token error
   rate) — ESPnet's logged valid figures are weighted by the model's batch weight and are not
   comparable across ``model: espnet`` and ``model: token_normalized``;
-* the wall-clock and steps at which the arm first reaches the target: by default the reference
-  arm's best valid CTC error rate in the same seed (``--target_arm``, ``--metric``);
+* the wall-clock and steps at which the arm first reaches the target: by default the mean of the
+  reference arm's last two valid CTC error rates in the same seed, so that one noisy epoch does not
+  decide it (``--target_arm``, ``--metric``, ``--target_rule``; :func:`target_value`), and also
+  where it first reaches the reference arm's single best epoch;
 * the test WER of its ``valid.acc.ave.pth`` decoded with the recipe's inference config
-  (stages 12–13);
+  (stages 12–13), for every test set the recipe scores (``--decode_recipe_args "--test_tempo
+  0.8,1.25"`` adds the tempo-changed sets), with the mean paired difference to the reference arm;
 * the peak resident memory of its training and of its decoding: the largest process of each
   stage's process tree (``os.wait4``'s ``ru_maxrss``; ``<tag>.memory.json`` in ``--out_dir``).
 
@@ -197,14 +200,22 @@ def train_arm(args, arm: str, config: Path, seed: int) -> None:
 def decode_arm(args, arm: str, seed: int) -> Optional[dict]:
     """Stages 12–13 with ``--inference_config``; the test WER line of ESPnet's score."""
     tag = arm_tag(args, arm, seed)
-    peak = run_recipe(args, tag, "12-13", ["--inference_config", str(args.inference_config.resolve())],
+    peak = run_recipe(args, tag, "12-13", ["--inference_config", str(args.inference_config.resolve()),
+                                           *shlex.split(args.decode_recipe_args)],
                       args.out_dir / f"{tag}.decode.out")
     record_memory(args, tag, "decode", peak)
     return parse_wer(score_dir(args, tag))
 
 
-def score_dir(args, tag: str) -> Path:
-    return args.expdir / f"asr_{tag}" / f"decode_{args.inference_config.stem}_valid.acc.ave" / "test" / "score"
+def score_dir(args, tag: str, test_set: str = "test") -> Path:
+    return args.expdir / f"asr_{tag}" / f"decode_{args.inference_config.stem}_valid.acc.ave" / test_set / "score"
+
+
+def parse_test_sets(args, tag: str) -> Dict[str, dict]:
+    """WER of every test set the recipe scored for ``tag`` (``test``, ``test_tempo0.8``, …): ``{set: parse_wer}``."""
+    decode_dir = score_dir(args, tag).parent.parent
+    sets = sorted(p.parent.parent.name for p in decode_dir.glob("*/score/result.json")) if decode_dir.is_dir() else []
+    return {name: parse_wer(score_dir(args, tag, name)) for name in sets}
 
 
 def parse_wer(score_dir: Path) -> Optional[dict]:
@@ -273,7 +284,8 @@ def report(args, arms: Dict[str, Path]) -> dict:
     tc = _load("training_curves")
     vm = _load("valid_metrics")
     mode = METRICS[args.metric]
-    results: dict = {"metric": args.metric, "target_arm": args.target_arm, "arms": {}}
+    results: dict = {"metric": args.metric, "target_arm": args.target_arm, "target_rule": args.target_rule,
+                     "arms": {}}
     for arm, config in arms.items():
         extra = shlex.split(args.asr_args)
         batch_type = (extra[extra.index("--batch_type") + 1] if "--batch_type" in extra[:-1]
@@ -298,37 +310,66 @@ def report(args, arms: Dict[str, Path]) -> dict:
                 print(f"[{tag}] epoch {epoch}: {rows[-1]}", flush=True)
             memory = json.loads(memory_file(args, tag).read_text()) if memory_file(args, tag).exists() else {}
             results["arms"].setdefault(arm, {})[seed] = {"epochs": rows, "test": parse_wer(score_dir(args, tag)),
+                                                         "test_sets": parse_test_sets(args, tag),
                                                          "batches_per_epoch": audits[0]["batches"],
                                                          "train_peak_rss_gib": memory.get("train_peak_rss_gib"),
                                                          "decode_peak_rss_gib": memory.get("decode_peak_rss_gib")}
     return add_targets(results, list(arms), args.seeds)
 
 
+TARGET_RULES = ("last_two_mean", "best")
+
+
+def target_value(values: List[float], mode: str, rule: str) -> float:
+    """The target a reference curve sets (``values`` per epoch, NaN where unknown).
+
+    * ``best``: its single best epoch (``min`` or ``max`` by ``mode``): one noisy epoch can set it;
+    * ``last_two_mean``: the mean of its last two known epochs, which the curve itself always reaches
+      (the better of the two is at or beyond it), and which one lucky epoch moves only by half.
+
+    Raises:
+        ValueError: no known value, or an unknown ``rule``.
+    """
+    known = [v for v in values if v == v]
+    if not known:
+        raise ValueError("no known value")
+    if rule == "best":
+        return min(known) if mode == "min" else max(known)
+    if rule == "last_two_mean":
+        return sum(known[-2:]) / len(known[-2:])
+    raise ValueError(f"unknown target rule {rule!r}; one of {TARGET_RULES}")
+
+
 def add_targets(results: dict, arms: List[str], seeds: List[int]) -> dict:
-    """Per seed: the target arm's best valid figure, and where every arm first reaches it.
+    """Per seed: the target arm's target (``results["target_rule"]``, default ``best``; see
+    :func:`target_value`), and where every arm first reaches it; the same for the target arm's
+    single best epoch whatever the rule.
 
     Adds ``target`` and ``reached`` (``None``, or the epoch, wall-clock seconds, steps and the
-    ratio of its wall-clock to the target arm's own first time at that figure) to each
-    ``results["arms"][arm][seed]``.
+    ratio of its wall-clock to the target arm's own first time at that figure), and
+    ``best_target`` and ``reached_best`` likewise, to each ``results["arms"][arm][seed]``.
     """
     metric, mode = results["metric"], METRICS[results["metric"]]
+    rule = results.setdefault("target_rule", "best")
     for seed in seeds:
         ref = results["arms"][results["target_arm"]][seed]["epochs"]
         values = [r.get(metric, float("nan")) for r in ref]
-        known = [v for v in values if v == v]
-        if not known:
-            raise ValueError(f"arm {results['target_arm']!r} seed {seed}: no valid {metric} (no epoch checkpoints?)")
-        target = min(known) if mode == "min" else max(known)
-        ref_row = ref[first_reaching(values, target, mode)]
-        for arm in arms:
-            entry = results["arms"][arm][seed]
-            rows = entry["epochs"]
-            i = first_reaching([r.get(metric, float("nan")) for r in rows], target, mode)
-            entry["target"] = target
-            entry["reached"] = None if i is None else {
-                "epoch": rows[i]["epoch"], "wall_sec": rows[i]["wall_sec"], "steps": rows[i]["steps"],
-                "wall_ratio_to_target_arm": rows[i]["wall_sec"] / ref_row["wall_sec"],
-            }
+        try:
+            targets = {"": target_value(values, mode, rule), "_best": target_value(values, mode, "best")}
+        except ValueError as e:
+            raise ValueError(f"arm {results['target_arm']!r} seed {seed}: no valid {metric} "
+                             f"(no epoch checkpoints?) or bad rule: {e}") from None
+        for suffix, target in targets.items():
+            ref_row = ref[first_reaching(values, target, mode)]
+            for arm in arms:
+                entry = results["arms"][arm][seed]
+                rows = entry["epochs"]
+                i = first_reaching([r.get(metric, float("nan")) for r in rows], target, mode)
+                entry["best_target" if suffix else "target"] = target
+                entry["reached" + suffix] = None if i is None else {
+                    "epoch": rows[i]["epoch"], "wall_sec": rows[i]["wall_sec"], "steps": rows[i]["steps"],
+                    "wall_ratio_to_target_arm": rows[i]["wall_sec"] / ref_row["wall_sec"],
+                }
     return results
 
 
@@ -405,22 +446,31 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
 
 
 def markdown(results: dict) -> str:
-    lines = [f"Target: the best valid `{results['metric']}` of `{results['target_arm']}` in the same seed.", "",
+    rule = results.get("target_rule", "best")
+    described = {"best": "the best valid", "last_two_mean": "the mean of the last two epochs' valid"}[rule]
+    lines = [f"Target: {described} `{results['metric']}` of `{results['target_arm']}` in the same seed "
+             f"(rule `{rule}`); the last column: where its single best epoch is first reached.", "",
              "| arm | seed | target | reached at epoch | wall-clock s | steps | × target arm's time | test WER % (S/D/I) "
-             "| wall-clock s, last epoch | encoder input frames / epoch | peak RSS GiB, training / decoding |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| wall-clock s, last epoch | encoder input frames / epoch | peak RSS GiB, training / decoding "
+             "| best target: epoch, × time |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm, seeds in results["arms"].items():
         for seed, e in seeds.items():
             r, t, last = e.get("reached"), e.get("test") or {}, e["epochs"][-1]
             reached = ("not reached", "—", "—", "—") if r is None else (
                 str(r["epoch"]), f"{r['wall_sec']:.0f}", str(r["steps"]), f"{r['wall_ratio_to_target_arm']:.2f}")
+            rb = e.get("reached_best")
+            at_best = "—" if "best_target" not in e else (
+                f"{e['best_target']:.3f}: not reached" if rb is None
+                else f"{e['best_target']:.3f}: {rb['epoch']}, {rb['wall_ratio_to_target_arm']:.2f}")
             wer = f"{t['wer']:.2f} ({t.get('S', '?')}/{t.get('D', '?')}/{t.get('I', '?')})" if "wer" in t else "—"
             frames = last.get("encoder_input_frames")
             frames_per_epoch = "—" if frames is None else f"{frames / last['epoch']:,.0f}"
             memory = " / ".join("—" if e.get(k) is None else f"{e[k]:.2f}"
                                 for k in ("train_peak_rss_gib", "decode_peak_rss_gib"))
             lines.append(f"| {arm} | {seed} | {e['target']:.3f} | {' | '.join(reached)} | {wer} "
-                         f"| {last['wall_sec']:.0f} | {frames_per_epoch} | {memory} |")
+                         f"| {last['wall_sec']:.0f} | {frames_per_epoch} | {memory} | {at_best} |")
+    lines += test_set_table(results)
     nan = float("nan")
     lines += ["", "| arm | seed | epoch | wall-clock s | steps | valid acc (all targets) | valid CTC WER "
               "| valid att. loss / target | `<eos>` argmax share |",
@@ -462,6 +512,36 @@ def markdown(results: dict) -> str:
                 lines.append(f"| {arm} | {r['epoch']} | {r['seeds']} | {ci(r['diff_ter_ctc_token'])} "
                              f"| {ci(r['diff_acc_token'])} | {ci(r['diff_att_loss_target'])} |")
     return "\n".join(lines)
+
+
+def test_set_table(results: dict) -> List[str]:
+    """Test WER % per scored test set and arm: the mean over seeds, and the mean paired difference to
+    the target arm with its 95 % interval (:func:`paired_difference`); empty without test sets."""
+    ref = results["target_arm"]
+    sets = sorted({name for seeds in results["arms"].values() for e in seeds.values() for name in e.get("test_sets", {})})
+    if not sets:
+        return []
+
+    def wer(arm, seed, name):
+        r = (results["arms"][arm].get(seed) or {}).get("test_sets", {}).get(name)
+        return float("nan") if r is None else r["wer"]
+
+    lines = ["", f"Test WER % per test set: mean over seeds (seeds), and the paired difference arm − `{ref}` "
+             "with its 95 % interval.", "", "| arm | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
+    for arm, seeds in results["arms"].items():
+        cells = []
+        for name in sets:
+            mine = [wer(arm, s, name) for s in seeds]
+            known = [v for v in mine if v == v]
+            cell = "—" if not known else f"{sum(known) / len(known):.2f} ({len(known)})"
+            if arm != ref and known:
+                d = paired_difference(mine, [wer(ref, s, name) for s in seeds])
+                if d["seeds"]:
+                    cell += (f", {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]" if d["seeds"] > 1
+                             else f", {d['mean']:+.2f}")
+            cells.append(cell)
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(results: dict, png: Path) -> None:
@@ -512,6 +592,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--arm", action="append", required=True, help="name=train_config.yaml (repeatable)")
     p.add_argument("--target_arm", default=None, help="reference arm (default: the first)")
     p.add_argument("--metric", default="ter_ctc_token", choices=sorted(METRICS))
+    p.add_argument("--target_rule", default="last_two_mean", choices=TARGET_RULES,
+                   help="the target the reference arm's curve sets (see target_value); its single best epoch is "
+                        "reported as well")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--max_epoch", type=int, default=5)
     p.add_argument("--asr_args", default="", help="extra training arguments for every arm")
@@ -528,6 +611,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--tag_prefix", default="tta_", help="experiment dirs are <expdir>/asr_<prefix><arm>_s<seed>")
     p.add_argument("--retrain", action="store_true")
     p.add_argument("--skip_decode", action="store_true")
+    p.add_argument("--decode_recipe_args", default="",
+                   help="extra run.sh options for decoding, e.g. \"--test_tempo 0.8,0.9,1.1,1.25\" (its stage 1 "
+                        "must have written those sets); every scored test set is reported")
     return p
 
 

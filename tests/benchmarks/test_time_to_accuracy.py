@@ -38,6 +38,60 @@ def test_target_is_the_reference_arms_best_and_each_arm_its_first_epoch_there():
     assert "| slow | 0 | 0.050 | not reached |" in table and "| fast | 0 | 0.050 | 2 | 160 | 20 | 0.53 |" in table
 
 
+def test_last_two_mean_target_is_not_set_by_one_lucky_epoch():
+    tta = load()
+    # the reference's epoch 4 is a lucky dip: "best" targets it, "last_two_mean" the mean of 0.038 and 0.048
+    ref = [1.0, 0.192, 0.086, 0.038, 0.048]
+    assert tta.target_value(ref, "min", "best") == 0.038
+    assert tta.target_value(ref, "min", "last_two_mean") == pytest.approx(0.043)
+    assert tta.target_value([0.2, float("nan"), 0.4, 0.6], "max", "last_two_mean") == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="unknown target rule"):
+        tta.target_value(ref, "min", "median")
+    results = {"metric": "ter_ctc_token", "target_arm": "numel", "target_rule": "last_two_mean", "arms": {
+        "numel": {0: curve(ref, [100, 200, 300, 400, 500])},
+        "dyn80": {0: curve([0.999, 0.066, 0.045, 0.047, 0.044], [80, 160, 240, 320, 400])},
+    }}
+    out = tta.add_targets(results, ["numel", "dyn80"], [0])
+    numel, dyn = out["arms"]["numel"][0], out["arms"]["dyn80"][0]
+    assert numel["target"] == pytest.approx(0.043) and numel["reached"]["epoch"] == 4  # the reference reaches it
+    assert dyn["reached"] is None  # 0.044 is not 0.043: the rule is a threshold, not a tolerance
+    assert dyn["best_target"] == 0.038 and dyn["reached_best"] is None
+    dyn["epochs"][3]["ter_ctc_token"] = 0.043
+    dyn = tta.add_targets(results, ["numel", "dyn80"], [0])["arms"]["dyn80"][0]
+    assert dyn["reached"]["epoch"] == 4 and dyn["reached"]["wall_ratio_to_target_arm"] == pytest.approx(320 / 400)
+    table = tta.markdown(out)
+    assert "mean of the last two epochs" in table and "| 0.038: 4, 1.00 |" in table
+
+
+def test_test_set_table_pairs_each_seed_with_the_target_arm(tmp_path):
+    tta = load()
+
+    def arm(wers):
+        return {s: {**curve([0.1], [10]), "test_sets": {name: {"wer": w} for name, w in sets.items()}}
+                for s, sets in wers.items()}
+
+    results = {"metric": "ter_ctc_token", "target_arm": "A", "arms": {
+        "A": arm({0: {"test": 1.0, "test_tempo0.8": 4.0}, 1: {"test": 2.0, "test_tempo0.8": 6.0}}),
+        "E": arm({0: {"test": 1.5, "test_tempo0.8": 3.0}, 1: {"test": 2.5}}),
+    }}
+    lines = tta.test_set_table(results)
+    assert "| arm | test | test_tempo0.8 |" in lines
+    assert "| A | 1.50 (2) | 5.00 (2) |" in lines
+    # test: differences +0.5 and +0.5 (no spread); tempo 0.8: one pair only (-1.0), no interval
+    assert "| E | 2.00 (2), +0.50 [+0.50, +0.50] | 3.00 (1), -1.00 |" in lines
+    assert tta.test_set_table({"target_arm": "A", "arms": {"A": {0: curve([0.1], [10])}}}) == []
+    # the sets are read from the recipe's score directories
+    args = type("Args", (), {"expdir": tmp_path, "inference_config": tmp_path / "decode_asr_ctc_greedy.yaml"})()
+    for name, wer in (("test", 1.25), ("test_tempo1.25", 7.5)):
+        d = tta.score_dir(args, "tta_A_s0", name)
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps({"wer": wer, "wer_sub": 1, "wer_del": 0, "wer_ins": 0,
+                                                    "wer_ref_words": 80}))
+    sets = tta.parse_test_sets(args, "tta_A_s0")
+    assert list(sets) == ["test", "test_tempo1.25"] and sets["test_tempo1.25"]["wer"] == 7.5
+    assert tta.parse_test_sets(args, "tta_F_s0") == {}
+
+
 def test_seed_means_pair_each_seed_with_the_target_arm(tmp_path):
     tta = load()
 
@@ -121,6 +175,7 @@ def test_two_arms_through_the_recipe_end_to_end(tmp_path):
         assert row["epoch"] == 1 and row["steps"] > 0 and row["wall_sec"] > 0 and row["encoder_input_frames"] > 0
         assert 0.0 <= row["acc_token"] <= 1.0 and row["ter_ctc_token"] >= 0.0
         assert entry["test"]["N"] > 0 and entry["test"]["wer"] >= 0.0  # decoded and scored
+        assert entry["test_sets"]["test"] == entry["test"]  # the one scored test set, read from its score dir
         assert (tmp_path / "exp" / f"asr_tta_{arm}_s0" / "epochs" / "1epoch.pth").exists()
         assert 0.2 < entry["train_peak_rss_gib"] < 20 and 0.2 < entry["decode_peak_rss_gib"] < 20  # torch + model
     assert results["arms"]["numel"]["0"]["reached"]["epoch"] == 1  # the reference reaches its own best

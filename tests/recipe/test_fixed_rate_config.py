@@ -1,0 +1,53 @@
+"""conf/ablation/train_asr_conformer_numel_80hz_cpu.yaml: ESPnet's frontend at a fixed 80 Hz with the re-estimate.
+
+The control arm of the frame-rate lever must run at 80 Hz in training *and* evaluation (the config is
+the one decoding reads), hold the same audio per step as the 100 Hz numel arm, and carry the plugin's
+BatchNorm re-estimate; otherwise it must equal the 100 Hz numel arm.
+"""
+
+import torch
+import yaml
+
+from factory import RECIPE_DIR, TOKENS, pad_batch, random_text, real_utterances
+
+CONF = RECIPE_DIR / "conf"
+FIXED = CONF / "ablation" / "train_asr_conformer_numel_80hz_cpu.yaml"
+NUMEL = CONF / "train_asr_conformer_numel_cpu.yaml"
+
+
+def test_differs_from_the_100hz_numel_arm_only_in_the_rate_and_the_model():
+    fixed, numel = (yaml.safe_load(p.read_text()) for p in (FIXED, NUMEL))
+    assert fixed.pop("frontend_conf") == {**numel.pop("frontend_conf"), "hop_length": 200}
+    assert (fixed.pop("model"), numel.pop("model")) == ("dynres", "espnet")
+    assert fixed.pop("log_interval") and numel.pop("log_interval")
+    assert fixed == numel  # batch_type, batch_bins (samples: the same audio per step), specaug, optimisation
+
+
+def test_builds_an_80hz_model_whose_reestimate_runs_when_training_stops():
+    from espnet2.tasks.asr import ASRTask
+
+    import espnet_dynres  # noqa: F401  (registers model: dynres)
+    from espnet_dynres.asr.dynres_model import DynResASRModel
+
+    parser = ASRTask.get_parser()
+    args = parser.parse_args(["--config", str(FIXED), "--token_list", "none", "--output_dir", "unused"])
+    args.token_list, args.input_size, args.normalize = list(TOKENS), None, None
+    args.frontend_conf = {**args.frontend_conf, "fs": 16000}
+    torch.manual_seed(0)
+    model = ASRTask.build_model(args)
+    assert isinstance(model, DynResASRModel) and model._batchnorm_restat is not None
+    speech, lengths = pad_batch(real_utterances(2, concat=2))
+    model.eval()
+    with torch.no_grad():
+        feats, feat_lengths = model.frontend(speech, lengths)
+    assert feat_lengths.tolist() == [1 + n // 200 for n in lengths.tolist()]  # 80 Hz at 16 kHz, at evaluation too
+    model.train()
+    text, text_lengths = random_text(2, 5)
+    loss, _, _ = model(speech, lengths, text, text_lengths)
+    loss.backward()
+    assert len(model._batchnorm_restat) == 2  # the training step fed the re-estimate's sample
+    before = [m.running_mean.clone() for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
+    model.eval()  # leaving training re-estimates BatchNorm statistics (at 80 Hz, the evaluation rate)
+    after = [m.running_mean for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
+    assert before and not all(torch.equal(a, b) for a, b in zip(after, before))
+    assert len(model._batchnorm_restat) == 0
