@@ -125,13 +125,17 @@ class FrameRatePolicy:
             ``None`` = the standard rate ``fs / hop_length`` (the batch's mean
             standard frame count).  Must lie in ``[min_frame_rate_hz,
             max_frame_rate_hz]``.
+        eval_frame_rate_hz: the fixed frame rate of every pass outside a
+            training step (validation, the BatchNorm re-estimate, decoding,
+            collect-stats) (Hz); ``None`` = the standard rate.  Must lie in
+            ``[min_frame_rate_hz, max_frame_rate_hz]``.
 
     Raises:
         ValueError: non-positive values, ``min_frame_rate_hz`` above the
             standard rate, ``max_frame_rate_hz`` below it or above ``fs``,
             ``fallback_frame_rate_hz`` above ``min_frame_rate_hz``, a negative
-            ``curriculum_epochs`` or a ``target_frame_rate_hz`` outside the clamp;
-            the message names the key to fix.
+            ``curriculum_epochs`` or a ``target_frame_rate_hz`` or
+            ``eval_frame_rate_hz`` outside the clamp; the message names the key to fix.
     """
 
     fs: int = 16000
@@ -141,6 +145,7 @@ class FrameRatePolicy:
     fallback_frame_rate_hz: float = 50.0
     curriculum_epochs: int = 0
     target_frame_rate_hz: Optional[float] = None
+    eval_frame_rate_hz: Optional[float] = None
 
     def __post_init__(self):
         object.__setattr__(self, "fs", parse_fs(self.fs))
@@ -174,6 +179,14 @@ class FrameRatePolicy:
                 f"{self.min_frame_rate_hz}, max_frame_rate_hz={self.max_frame_rate_hz}] (or be null for the "
                 "standard rate). Fix frontend_conf."
             )
+        if self.eval_frame_rate_hz is not None and not (
+            self.min_frame_rate_hz <= self.eval_frame_rate_hz <= self.max_frame_rate_hz
+        ):
+            raise ValueError(
+                f"eval_frame_rate_hz={self.eval_frame_rate_hz} must lie in [min_frame_rate_hz="
+                f"{self.min_frame_rate_hz}, max_frame_rate_hz={self.max_frame_rate_hz}] (or be null for the "
+                "standard rate). Fix frontend_conf."
+            )
 
     @property
     def target_ratio(self) -> float:
@@ -198,6 +211,32 @@ class FrameRatePolicy:
             ``(N,)`` int64 frames (numpy).
         """
         return standard_frame_counts(num_samples, self.hop_length)
+
+    @property
+    def eval_frame_shift_samples(self) -> float:
+        """The frame shift outside a training step: ``fs / eval_frame_rate_hz`` samples
+        (``hop_length`` when no evaluation rate is set)."""
+        if self.eval_frame_rate_hz is None:
+            return float(self.hop_length)
+        return self.fs / self.eval_frame_rate_hz
+
+    def eval_frame_counts(self, num_samples):
+        """Frames outside a training step: ``1 + floor(L × eval_frame_rate_hz / fs)``, which is
+        :meth:`standard_frame_counts` when no evaluation rate is set (and ESPnet's ``Stft`` count
+        at ``hop_length = fs / eval_frame_rate_hz`` when that is a whole number of samples).
+
+        Args:
+            num_samples: ``(N,)`` int samples per utterance (array-like).
+
+        Returns:
+            ``(N,)`` int64 frames (numpy).
+        """
+        import numpy as np
+
+        if self.eval_frame_rate_hz is None:
+            return self.standard_frame_counts(num_samples)
+        n = np.asarray(num_samples, dtype=np.float64)
+        return (1 + np.floor(n * float(self.eval_frame_rate_hz) / self.fs)).astype(np.int64)
 
     def standard_frame_count(self, num_samples: int) -> int:
         """:meth:`standard_frame_counts` of one utterance."""

@@ -126,3 +126,17 @@ def test_target_at_the_standard_rate_is_the_default_rule():
     )
     # 8 kHz, hop 80: rates stay rates
     assert FrameRatePolicy(fs=8000, hop_length=80, target_frame_rate_hz=80.0).common_frame_count([8000]) == 81
+
+
+def test_eval_frame_counts_are_the_standard_counts_unless_an_eval_rate_is_set():
+    lengths = [0, 1, 159, 160, 16000, 16001, 123457]
+    policy = FrameRatePolicy(fs=16000, hop_length=160)
+    assert policy.eval_frame_counts(lengths).tolist() == policy.standard_frame_counts(lengths).tolist()
+    assert policy.eval_frame_shift_samples == 160.0
+    at80 = FrameRatePolicy(fs=16000, hop_length=160, eval_frame_rate_hz=80.0)
+    assert at80.eval_frame_counts(lengths).tolist() == [1 + n // 200 for n in lengths]
+    assert at80.eval_frame_shift_samples == 200.0
+    at82 = FrameRatePolicy(fs=16000, hop_length=160, eval_frame_rate_hz=82.0)
+    assert at82.eval_frame_counts(lengths).tolist() == [1 + n * 82 // 16000 for n in lengths]
+    with pytest.raises(ValueError, match="eval_frame_rate_hz=65.0 must lie in"):
+        FrameRatePolicy(fs=16000, hop_length=160, eval_frame_rate_hz=65.0)

@@ -161,7 +161,12 @@ class DynResFrontend(AbsFrontend):
       ``torch.no_grad()`` as in ESPnet's collect-stats, which keeps the model in
       train mode): exactly ESPnet's ``Stft`` + ``LogMel`` at the standard rate,
       i.e. identical to ``DefaultFrontend`` with the same settings, for both
-      methods.
+      methods; with ``eval_frame_rate_hz`` set (Hz, inside the clamp), every
+      utterance at that one rate instead: frame shift ``fs / eval_frame_rate_hz``
+      samples, ``1 + floor(L × eval_frame_rate_hz / fs)`` frames (ESPnet's count
+      at that hop), by the ``hop`` method's framing, so validation, the
+      BatchNorm re-estimate and decoding all run at it.  Validation batches are
+      still planned in standard frames (``valid_batch_bins``).
 
     The plan and the rates travel as arguments and return values, never as
     state: :meth:`features` takes the sampler's plan (``speech_frames``) and
@@ -195,6 +200,7 @@ class DynResFrontend(AbsFrontend):
         fallback_frame_rate_hz: Optional[float] = None,
         curriculum_epochs: int = 0,
         target_frame_rate_hz: Optional[float] = None,
+        eval_frame_rate_hz: Optional[float] = None,
         method: str = "hop",
         resample_filterbank: str = "original",
         resample_grid_hz: Optional[int] = None,
@@ -229,6 +235,7 @@ class DynResFrontend(AbsFrontend):
             fallback_frame_rate_hz=float(0.5 * standard_hz if fallback_frame_rate_hz is None else fallback_frame_rate_hz),
             curriculum_epochs=curriculum_epochs,
             target_frame_rate_hz=None if target_frame_rate_hz is None else float(target_frame_rate_hz),
+            eval_frame_rate_hz=None if eval_frame_rate_hz is None else float(eval_frame_rate_hz),
         )
         self.fs = fs
         self.n_fft = n_fft
@@ -341,6 +348,13 @@ class DynResFrontend(AbsFrontend):
                     feats, rates = self.resample_logmel(input, input_lengths, feats_lengths)
                 return DynResFeatures(feats, feats_lengths, rates, False) if with_rates else (feats, feats_lengths)
             self._count_fallback(input_lengths)
+        if self.policy.eval_frame_rate_hz is not None:
+            # eval_frame_rate_hz: one fixed shift fs / rate for every utterance (validation, re-estimate, decoding).
+            feats_lengths = torch.from_numpy(self.policy.eval_frame_counts(input_lengths.cpu().numpy())).to(input.device)
+            shifts = torch.full((input.size(0),), self.policy.eval_frame_shift_samples, dtype=torch.float64,
+                                device=input.device)
+            feats = self.framed_logmel(input.float(), input_lengths, shifts, feats_lengths, self.logmel)
+            return DynResFeatures(feats, feats_lengths, None, fallback) if with_rates else (feats, feats_lengths)
         # float32 for the features whatever autocast does around us.
         stft, feats_lengths = self.stft(input.float(), input_lengths)  # (B, T_frames, F, 2)
         power = stft[..., 0] ** 2 + stft[..., 1] ** 2  # (B, T_frames, F)

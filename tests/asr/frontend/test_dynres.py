@@ -272,9 +272,52 @@ def test_gradients_flow_and_shapes_are_checked():
     assert speech.grad is not None and torch.isfinite(speech.grad).all()
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_eval_frame_rate_equals_default_frontend_at_that_hop(real_batch, method):
+    # eval_frame_rate_hz 80 at 16 kHz is a 200-sample shift: per utterance DefaultFrontend with
+    # hop_length 200 (each utterance reflected at its own ends, so batched == one by one), in eval()
+    # and under collect-stats' no_grad in train mode.
+    wavs, speech, lengths = real_batch
+    ref_fe = default_frontend(hop_length=200).eval()
+    front = DynResFrontend(method=method, eval_frame_rate_hz=80, **RECIPE_FRONTEND)
+    out, out_lengths = front.eval()(speech, lengths)
+    assert out_lengths.tolist() == [1 + n // 200 for n in lengths.tolist()]
+    for b, w in enumerate(wavs):
+        ref, ref_len = ref_fe(w[None], torch.tensor([len(w)]))
+        assert int(ref_len[0]) == int(out_lengths[b])
+        assert (out[b, : out_lengths[b]] - ref[0]).abs().max().item() <= 1e-4
+        if out_lengths[b] < out.size(1):
+            assert out[b, out_lengths[b]:].abs().max().item() == 0  # padding frames
+    with torch.no_grad():
+        stats, _ = front.train()(speech, lengths)
+    assert torch.equal(stats, out)
+    # A training step is unchanged by it: the same per-utterance rates as without it.
+    wavs = real_utterances(4, concat=3, start=100)
+    train_speech, train_lengths = pad_batch(wavs)
+    torch.manual_seed(0)
+    a = front.train().features(train_speech, train_lengths)
+    b = DynResFrontend(method=method, **RECIPE_FRONTEND).train().features(train_speech, train_lengths)
+    assert torch.equal(a.feats, b.feats) and torch.equal(a.frame_rates_hz, b.frame_rates_hz)
+
+
+def test_eval_frame_rate_need_not_be_a_whole_hop():
+    # 82 Hz at 16 kHz: a shift of 195.12 samples; frames 1 + floor(L x 82 / 16000), each as
+    # DefaultFrontend's frame centred on the nearest sample.
+    wav = real_utterances(1, concat=2, start=40)[0]
+    speech, lengths = pad_batch([wav])
+    out, out_lengths = DynResFrontend(eval_frame_rate_hz=82, **RECIPE_FRONTEND).eval()(speech, lengths)
+    n = int(lengths[0])
+    assert out_lengths.tolist() == [1 + (n * 82) // 16000]
+    one, _ = default_frontend(hop_length=1).eval()(speech, lengths)  # every sample a frame centre (one utterance)
+    centres = [round(t * 16000 / 82) for t in range(int(out_lengths[0]))]
+    assert (out[0] - one[0, centres]).abs().max().item() <= 1e-4
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
+        (dict(eval_frame_rate_hz=60.0), "eval_frame_rate_hz"),
+        (dict(eval_frame_rate_hz=140.0), "eval_frame_rate_hz"),
         (dict(min_frame_rate=70), "min_frame_rate"),
         (dict(method="stretch"), "method"),
         (dict(resample_filterbank="new"), "resample_filterbank"),
