@@ -1,4 +1,5 @@
-"""conf/ablation/train_asr_conformer_numel_80hz_cpu.yaml: ESPnet's frontend at a fixed 80 Hz with the re-estimate.
+"""The frame-rate lever's control configs: ESPnet's frontend at a fixed 80 Hz with the re-estimate
+(conf/ablation/train_asr_conformer_numel_80hz_cpu.yaml), and the 80 Hz dynres arm evaluated at 80 Hz.
 
 The control arm of the frame-rate lever must run at 80 Hz in training *and* evaluation (the config is
 the one decoding reads), hold the same audio per step as the 100 Hz numel arm, and carry the plugin's
@@ -51,3 +52,10 @@ def test_builds_an_80hz_model_whose_reestimate_runs_when_training_stops():
     after = [m.running_mean for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
     assert before and not all(torch.equal(a, b) for a, b in zip(after, before))
     assert len(model._batchnorm_restat) == 0
+
+
+def test_the_80hz_arm_evaluated_at_80hz_differs_only_in_its_evaluation_rate():
+    base = yaml.safe_load((CONF / "ablation" / "train_asr_conformer_dynres_80hz_cpu.yaml").read_text())
+    eval80 = yaml.safe_load((CONF / "ablation" / "train_asr_conformer_dynres_80hz_eval80_cpu.yaml").read_text())
+    assert eval80["frontend_conf"].pop("eval_frame_rate_hz") == 80
+    assert eval80 == base
