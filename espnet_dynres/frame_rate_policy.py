@@ -171,22 +171,13 @@ class FrameRatePolicy:
             )
         if self.curriculum_epochs < 0:
             raise ValueError(f"curriculum_epochs must be >= 0, got {self.curriculum_epochs}")
-        if self.target_frame_rate_hz is not None and not (
-            self.min_frame_rate_hz <= self.target_frame_rate_hz <= self.max_frame_rate_hz
-        ):
-            raise ValueError(
-                f"target_frame_rate_hz={self.target_frame_rate_hz} must lie in [min_frame_rate_hz="
-                f"{self.min_frame_rate_hz}, max_frame_rate_hz={self.max_frame_rate_hz}] (or be null for the "
-                "standard rate). Fix frontend_conf."
-            )
-        if self.eval_frame_rate_hz is not None and not (
-            self.min_frame_rate_hz <= self.eval_frame_rate_hz <= self.max_frame_rate_hz
-        ):
-            raise ValueError(
-                f"eval_frame_rate_hz={self.eval_frame_rate_hz} must lie in [min_frame_rate_hz="
-                f"{self.min_frame_rate_hz}, max_frame_rate_hz={self.max_frame_rate_hz}] (or be null for the "
-                "standard rate). Fix frontend_conf."
-            )
+        for key in ("target_frame_rate_hz", "eval_frame_rate_hz"):
+            value = getattr(self, key)
+            if value is not None and not self.min_frame_rate_hz <= value <= self.max_frame_rate_hz:
+                raise ValueError(
+                    f"{key}={value} must lie in [min_frame_rate_hz={self.min_frame_rate_hz}, max_frame_rate_hz="
+                    f"{self.max_frame_rate_hz}] (or be null for the standard rate). Fix frontend_conf."
+                )
 
     @property
     def target_ratio(self) -> float:
