@@ -219,12 +219,17 @@ def parse_test_sets(args, tag: str) -> Dict[str, dict]:
 
 
 def parse_wer(score_dir: Path) -> Optional[dict]:
-    """Test WER and its S/D/I from the recipe's ``score/result.json`` (stage 13), or None if absent."""
+    """Test WER and its S/D/I (``wer``, ``S``, ``D``, ``I``, ``N`` words), and CER and its S/D/I
+    (``cer``, ``cer_S``, ``cer_D``, ``cer_I``, ``cer_N`` characters) where the score has them, from the
+    recipe's ``score/result.json`` (stage 13); None if absent."""
     result = score_dir / "result.json"
     if not result.exists():
         return None
     r = json.loads(result.read_text())
-    return {"wer": r["wer"], "S": r["wer_sub"], "D": r["wer_del"], "I": r["wer_ins"], "N": r["wer_ref_words"]}
+    out = {"wer": r["wer"], "S": r["wer_sub"], "D": r["wer_del"], "I": r["wer_ins"], "N": r["wer_ref_words"]}
+    if "cer" in r:
+        out.update(cer=r["cer"], cer_S=r["cer_sub"], cer_D=r["cer_del"], cer_I=r["cer_ins"], cer_N=r["cer_ref_chars"])
+    return out
 
 
 def encoder_frames_per_epoch(args, config: Path, epoch: int = 1, seed: Optional[int] = None) -> Dict[str, float]:
@@ -470,6 +475,7 @@ def markdown(results: dict) -> str:
                                 for k in ("train_peak_rss_gib", "decode_peak_rss_gib"))
             lines.append(f"| {arm} | {seed} | {e['target']:.3f} | {' | '.join(reached)} | {wer} "
                          f"| {last['wall_sec']:.0f} | {frames_per_epoch} | {memory} | {at_best} |")
+    lines += summary_table(results)
     lines += test_set_table(results)
     nan = float("nan")
     lines += ["", "| arm | seed | epoch | wall-clock s | steps | valid acc (all targets) | valid CTC WER "
@@ -512,6 +518,83 @@ def markdown(results: dict) -> str:
                 lines.append(f"| {arm} | {r['epoch']} | {r['seeds']} | {ci(r['diff_ter_ctc_token'])} "
                              f"| {ci(r['diff_acc_token'])} | {ci(r['diff_att_loss_target'])} |")
     return "\n".join(lines)
+
+
+def summary_table(results: dict) -> List[str]:
+    """One table, per arm: a row per seed and a row of means over seeds.
+
+    Columns: wall-clock per epoch (the last epoch's wall-clock over its epoch count, validation
+    included), encoder input frames per epoch, the epoch, steps and wall-clock at which the arm first
+    reaches the target (``reached``) and that wall-clock as a multiple of the target arm's in the same
+    seed, the epoch and multiple at the target arm's single best epoch (``reached_best``), and test WER
+    and CER with S/D/I.  The mean row averages steps and multiples over the seeds that reached the
+    target (``k/n``; a seed that did not reach it is left out of the mean multiple) with the multiple's
+    95 % interval, and gives WER and CER with the mean paired difference to the target arm and its
+    95 % interval (:func:`paired_difference`).
+    """
+    nan = float("nan")
+    ref = results["target_arm"]
+    lines = ["", f"Per arm, seed and mean over seeds (mean rows: paired difference arm − `{ref}` [95 % interval]).",
+             "", "| arm | seed | s / epoch | encoder input frames / epoch | target reached: epoch, steps "
+             f"| time to target s (× `{ref}`'s) | `{ref}`'s best epoch reached: epoch (× time) "
+             "| test WER % (S/D/I) | test CER % (S/D/I) |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def per_epoch(e, key):
+        last = e["epochs"][-1]
+        return nan if last.get(key) is None else last[key] / last["epoch"]
+
+    def score(t, key, prefix):
+        if key not in t:
+            return "—"
+        return f"{t[key]:.2f} ({t.get(prefix + 'S', '?')}/{t.get(prefix + 'D', '?')}/{t.get(prefix + 'I', '?')})"
+
+    def ratio(e, key):
+        r = e.get(key)
+        return nan if r is None else r["wall_ratio_to_target_arm"]
+
+    def ci(d, fmt):
+        if not d["seeds"]:
+            return "—"
+        mean = format(d["mean"], fmt)
+        return f"{mean} [{format(d['low'], fmt)}, {format(d['high'], fmt)}]" if d["seeds"] > 1 else mean
+
+    for arm, seeds in results["arms"].items():
+        for seed, e in seeds.items():
+            r, rb, t = e.get("reached"), e.get("reached_best"), e.get("test") or {}
+            lines.append(
+                f"| {arm} | {seed} | {per_epoch(e, 'wall_sec'):.0f} | {per_epoch(e, 'encoder_input_frames'):,.0f} "
+                + ("| not reached | — " if r is None else
+                   f"| {r['epoch']}, {r['steps']} | {r['wall_sec']:.0f} ({r['wall_ratio_to_target_arm']:.2f}×) ")
+                + ("| not reached " if rb is None else f"| {rb['epoch']} ({rb['wall_ratio_to_target_arm']:.2f}×) ")
+                + f"| {score(t, 'wer', '')} | {score(t, 'cer', 'cer_')} |")
+        ids = list(seeds)
+        reached = [seeds[s]["reached"] for s in ids if seeds[s].get("reached")]
+        refs = results["arms"][ref]
+
+        def values(arm_seeds, key, pick):
+            return [pick(arm_seeds[s], key) if s in arm_seeds else nan for s in ids]
+
+        def test_value(e, key):
+            return (e.get("test") or {}).get(key, nan)
+
+        mean_of = (lambda xs: sum(xs) / len(xs) if xs else nan)
+        cells = [f"{mean_of([per_epoch(seeds[s], 'wall_sec') for s in ids]):.0f}",
+                 f"{mean_of([per_epoch(seeds[s], 'encoder_input_frames') for s in ids]):,.0f}",
+                 f"{len(reached)}/{len(ids)} seeds, {mean_of([r['steps'] for r in reached]):.0f} steps"]
+        if arm == ref:
+            cells += ["1.00×", "—",
+                      f"{mean_of([test_value(seeds[s], 'wer') for s in ids]):.2f}",
+                      f"{mean_of([test_value(seeds[s], 'cer') for s in ids]):.2f}"]
+        else:
+            # the multiple itself (difference to 0) over the seeds that reached the target
+            cells += [ci(paired_difference(values(seeds, "reached", ratio), [0.0] * len(ids)), ".2f") + "×",
+                      ci(paired_difference(values(seeds, "reached_best", ratio), [0.0] * len(ids)), ".2f") + "×"]
+            for key in ("wer", "cer"):
+                mine, theirs = values(seeds, key, test_value), values(refs, key, test_value)
+                cells.append(f"{mean_of([v for v in mine if v == v]):.2f}, Δ "
+                             + ci(paired_difference(mine, theirs), "+.2f"))
+        lines.append(f"| **{arm}** | mean | " + " | ".join(cells) + " |")
+    return lines
 
 
 def test_set_table(results: dict) -> List[str]:

@@ -50,13 +50,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 from typing import Dict
 
 import jiwer
-import soundfile
 import torch
 
 import espnet_dynres  # noqa: F401  (registers the plugin's names)
@@ -64,7 +62,7 @@ from espnet.nets.pytorch_backend.nets_utils import th_accuracy
 from espnet.nets.pytorch_backend.transformer.add_sos_eos import add_sos_eos
 from espnet2.tasks.asr import ASRTask
 
-from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, RestatBudget, batchnorm_layers
+from espnet_dynres.asr.batchnorm_restat import restat_from_data_dir
 
 
 def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: Path = None):
@@ -81,31 +79,15 @@ def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: 
 
 def restat_batchnorm(model, train_args, train_dir: Path, num_batches: int, seed: int = 0) -> int:
     """Re-estimate ``model``'s BatchNorm statistics as the plugin's models do before evaluation, over
-    a sample of ``train_dir/wav.scp`` (offered in an order shuffled with ``seed``) as large as
-    ``num_batches`` of the run's evaluation budgets (:meth:`RestatBudget.from_task_args` of
-    ``train_args``), encoded one utterance per batch; returns the layers changed.
+    a sample of ``train_dir`` as large as ``num_batches`` of the run's evaluation budgets
+    (:func:`espnet_dynres.asr.batchnorm_restat.restat_from_data_dir`); returns the layers changed.
 
     Raises:
-        ValueError: a blank line, a repeated utterance or an utterance without a path in
-            ``wav.scp`` (names the file and line or utterance).
+        ValueError: see ``restat_from_data_dir`` (a malformed or unreadable ``wav.scp``/``feats.scp``).
     """
     from espnet_dynres.build_model import restat_budget
-    from espnet_dynres.data_checks import read_keyed_file
 
-    budget = restat_budget(train_args, model)
-    wav_scp = train_dir / "wav.scp"
-    entries = list(read_keyed_file(wav_scp).items())
-    random.Random(seed).shuffle(entries)
-    sample = BatchNormRestat(num_batches, seed=seed)
-    for utt, path in entries:
-        if not path:
-            raise ValueError(f"{wav_scp}: utterance {utt} has no wav path; fix or remove that line")
-        wav, _fs = soundfile.read(path, dtype="float32")  # (T_samples,) at the recipe's fs
-        sample.add(torch.from_numpy(wav)[None, :], torch.tensor([len(wav)]), budget)
-    model.eval()
-    # One utterance per batch for every model: nothing is cut to a batch's shortest member, and the
-    # cost of any call is that of evaluating one utterance.
-    return sample.restat(model.encode, batchnorm_layers(model), RestatBudget(max_batch_size=1))
+    return restat_from_data_dir(model, restat_budget(train_args, model), train_dir, num_batches, seed)
 
 
 @torch.no_grad()

@@ -369,3 +369,70 @@ class BatchNormRestat:
             for h in handles:
                 h.remove()
         return seen  # a layer the encoder never reaches keeps its statistics
+
+
+def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir, num_batches: int,
+                         seed: int = 0) -> int:
+    """Re-estimate a trained ``model``'s BatchNorm statistics offline, as the plugin's models do
+    before each evaluation, over a sample of a Kaldi-style data directory.
+
+    The sample is :class:`BatchNormRestat` ``(num_batches, seed)`` over every utterance of
+    ``data_dir/wav.scp`` (raw audio, read with ``soundfile`` as float32 ``(T_samples,)`` or
+    ``(T_samples, C)``, at the sampling rate the model was trained at), or of
+    ``data_dir/feats.scp`` when there is no ``wav.scp`` (extracted features ``(T_frames, D)``, read
+    with ``kaldiio``), offered one utterance at a time in an order shuffled with ``seed``; only the
+    budgeted sample stays in memory.  It is encoded in evaluation mode (``model.eval()``: the
+    evaluation frame rate of a ``frontend: dynres``, no dropout, no SpecAugment) one utterance per
+    batch.
+
+    Args:
+        model: an ESPnet ASR model with ``encode(speech, speech_lengths)``.
+        budget: the run's evaluation budget (``espnet_dynres.build_model.restat_budget``).
+        data_dir: the training data directory (``wav.scp`` or ``feats.scp``).
+        num_batches: the sample's size in evaluation budgets (``batchnorm_restat_batches``).
+        seed: seed of the order and of the sample's keys.
+
+    Returns:
+        The number of BatchNorm layers re-estimated.
+
+    Raises:
+        ValueError: neither ``wav.scp`` nor ``feats.scp`` in ``data_dir``; a blank line, a repeated
+            utterance or an utterance without a path; a file that cannot be read (each names the
+            file, the utterance and the fix).
+    """
+    from pathlib import Path
+
+    from espnet_dynres.data_checks import read_keyed_file
+
+    data_dir = Path(data_dir)
+    scp = data_dir / "wav.scp"
+    if not scp.exists():
+        scp = data_dir / "feats.scp"
+    if not scp.exists():
+        raise ValueError(f"{data_dir} holds neither wav.scp nor feats.scp; give the training data directory "
+                         "of the run (e.g. dump/raw/train)")
+    if scp.name == "wav.scp":
+        import soundfile
+
+        def load(path: str):
+            return soundfile.read(path, dtype="float32")[0]  # (T_samples,) or (T_samples, C)
+    else:
+        import kaldiio
+
+        def load(path: str):
+            return kaldiio.load_mat(path).astype("float32")  # (T_frames, D)
+
+    entries = list(read_keyed_file(scp).items())
+    random.Random(seed).shuffle(entries)
+    sample = BatchNormRestat(num_batches, seed=seed)
+    for utt, path in entries:
+        if not path:
+            raise ValueError(f"{scp}: utterance {utt} has no path; fix or remove that line")
+        try:
+            data = torch.from_numpy(load(path))
+        except Exception as exc:  # soundfile/kaldiio raise their own types
+            raise ValueError(f"{scp}: cannot read utterance {utt} from {path} ({exc}); fix the path or the file") from exc
+        sample.add(data[None], torch.tensor([data.shape[0]]), budget)
+    model.eval()
+    return sample.restat(model.encode, batchnorm_layers(model), RestatBudget(max_batch_size=1))
+

@@ -277,3 +277,40 @@ def test_peak_memory_is_that_of_the_largest_process_of_the_tree(tmp_path):
     assert code == 3 and peak_kib > 300 * 1024
     code, small_kib = tta.run_measured(["bash", "-c", "true"], tmp_path, dict(os.environ), tmp_path / "log")
     assert code == 0 and small_kib < 100 * 1024
+
+
+def test_summary_table_gives_each_seed_and_the_mean_with_paired_intervals(tmp_path):
+    tta = load()
+
+    def arm(wers, secs, tests, frames):
+        out = {}
+        for seed, (w, s, (wer, cer)) in enumerate(zip(wers, secs, tests)):
+            c = curve(w, s)
+            for i, row in enumerate(c["epochs"]):
+                row["encoder_input_frames"] = frames * (i + 1)
+            c["test"] = {"wer": wer, "S": 1, "D": 0, "I": 0, "cer": cer, "cer_S": 2, "cer_D": 1, "cer_I": 0}
+            out[seed] = c
+        return out
+
+    results = {"metric": "ter_ctc_token", "target_arm": "A", "target_rule": "last_two_mean", "arms": {
+        "A": arm([[0.5, 0.1, 0.05], [0.5, 0.2, 0.1]], [[100, 200, 300], [100, 200, 300]], [(2.0, 1.0), (3.0, 2.0)], 1000),
+        "E": arm([[0.3, 0.07, 0.05], [0.6, 0.5, 0.4]], [[80, 160, 240], [80, 160, 240]], [(1.0, 0.5), (2.0, 1.5)], 800),
+    }}
+    tta.add_targets(results, ["A", "E"], [0, 1])
+    lines = tta.summary_table(results)
+    # A's target in seed 0 is 0.075 (reached at epoch 3, 300 s); E reaches it at epoch 2, 160 s: 0.53x
+    assert "| E | 0 | 80 | 800 | 2, 20 | 160 (0.53×) | 3 (0.80×) | 1.00 (1/0/0) | 0.50 (2/1/0) |" in lines
+    # seed 1: A's target 0.15, E never below 0.4
+    assert "| E | 1 | 80 | 800 | not reached | — | not reached | 2.00 (1/0/0) | 1.50 (2/1/0) |" in lines
+    # mean: one seed reached (no interval); WER and CER differences -1.0 in both seeds (no spread)
+    assert ("| **E** | mean | 80 | 800 | 1/2 seeds, 20 steps | 0.53× | 0.80× | 1.50, Δ -1.00 [-1.00, -1.00] "
+            "| 1.00, Δ -0.50 [-0.50, -0.50] |") in lines
+    assert "| **A** | mean | 100 | 1,000 | 2/2 seeds, 30 steps | 1.00× | — | 2.50 | 1.50 |" in lines
+    # the recipe's score file gives CER with its S/D/I where present
+    d = tmp_path / "score"
+    d.mkdir()
+    (d / "result.json").write_text(json.dumps({"wer": 1.5, "wer_sub": 1, "wer_del": 0, "wer_ins": 0, "wer_ref_words": 80,
+                                               "cer": 0.9, "cer_sub": 2, "cer_del": 1, "cer_ins": 0,
+                                               "cer_ref_chars": 300}))
+    assert tta.parse_wer(d) == {"wer": 1.5, "S": 1, "D": 0, "I": 0, "N": 80, "cer": 0.9, "cer_S": 2, "cer_D": 1,
+                                "cer_I": 0, "cer_N": 300}

@@ -1,0 +1,98 @@
+"""``python -m espnet_dynres.bin.reestimate_batchnorm``: a trained model's BatchNorm statistics
+re-estimated offline, optionally for another evaluation frame rate.
+
+Reads an experiment's ``config.yaml`` and a model file (default ``valid.acc.ave.pth``), sets
+``frontend_conf.eval_frame_rate_hz`` when ``--eval_frame_rate_hz`` is given (``frontend:
+dynres`` only; the rate must lie in the run's clamp), re-estimates every BatchNorm layer's
+running statistics over a budgeted sample of the training data at that evaluation rate
+(:func:`espnet_dynres.asr.batchnorm_restat.restat_from_data_dir`: ``--restat_batches`` of the
+run's evaluation budgets, the same re-estimate ``model: dynres`` runs before each evaluation),
+and writes a new experiment directory holding the changed ``config.yaml`` and the model file
+under its own name.  The recipe's stage 12 decodes it like any experiment
+(``./run.sh --stage 12 --stop_stage 13 --asr_tag <name of --out_dir without asr_>``).
+
+Why: BatchNorm statistics belong to the frame rate they were measured at; a model decoded at
+another rate than it was validated at needs them taken again at that rate
+(``docs/frontend.md``, "The math": outside a training step).  A model averaged over checkpoints
+(``valid.acc.ave.pth``) also gets statistics measured with its own averaged weights.
+
+Run it from the directory the training ran in (the config's relative paths start there)::
+
+    python -m espnet_dynres.bin.reestimate_batchnorm --exp_dir exp/asr_x --train_dir dump/raw/train \\
+        --out_dir exp/asr_x_eval80 --eval_frame_rate_hz 80
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import yaml
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m espnet_dynres.bin.reestimate_batchnorm",
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--exp_dir", type=Path, required=True, help="the trained experiment (config.yaml in it)")
+    p.add_argument("--model_file", default="valid.acc.ave.pth", help="model file in --exp_dir")
+    p.add_argument("--train_dir", type=Path, required=True,
+                   help="training data directory with wav.scp (raw audio) or feats.scp (extracted features)")
+    p.add_argument("--out_dir", type=Path, required=True, help="new experiment directory to write")
+    p.add_argument("--eval_frame_rate_hz", type=float, default=None,
+                   help="evaluation frame rate to set in frontend_conf (frontend: dynres); default: keep the run's")
+    p.add_argument("--restat_batches", type=int, default=None,
+                   help="sample size in evaluation budgets (default: the run's model_conf.batchnorm_restat_batches, "
+                        "else 6)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = get_parser().parse_args(argv)
+    config_file = args.exp_dir / "config.yaml"
+    model_file = args.exp_dir / args.model_file
+    for path in (config_file, model_file):
+        if not path.is_file():
+            raise SystemExit(f"reestimate_batchnorm: {path} does not exist; give the experiment directory of a "
+                             "finished training (--exp_dir) and one of its model files (--model_file)")
+    if args.out_dir.resolve() == args.exp_dir.resolve():
+        raise SystemExit("reestimate_batchnorm: --out_dir must differ from --exp_dir (the trained model is kept)")
+    config = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+    if args.eval_frame_rate_hz is not None:
+        if config.get("frontend") != "dynres":
+            raise SystemExit(f"reestimate_batchnorm: --eval_frame_rate_hz needs frontend: dynres; {config_file} has "
+                             f"frontend: {config.get('frontend')}")
+        config["frontend_conf"] = {**(config.get("frontend_conf") or {}), "eval_frame_rate_hz": args.eval_frame_rate_hz}
+    restat_batches = args.restat_batches
+    if restat_batches is None:
+        restat_batches = int((config.get("model_conf") or {}).get("batchnorm_restat_batches", 6))
+
+    import torch
+
+    import espnet_dynres  # noqa: F401  (registers the plugin's names)
+    from espnet2.tasks.asr import ASRTask
+    from espnet_dynres.asr.batchnorm_restat import restat_from_data_dir
+    from espnet_dynres.build_model import restat_budget
+
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    out_config = args.out_dir / "config.yaml"
+    out_config.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    try:  # FrameRatePolicy refuses a rate outside the clamp, naming the key
+        model, train_args = ASRTask.build_model_from_file(out_config, model_file, "cpu")
+    except ValueError as exc:
+        out_config.unlink()
+        raise SystemExit(f"reestimate_batchnorm: {exc}") from None
+    layers = restat_from_data_dir(model, restat_budget(train_args, model), args.train_dir, restat_batches, args.seed)
+    torch.save(model.state_dict(), args.out_dir / Path(args.model_file).name)
+    rate = config.get("frontend_conf", {}).get("eval_frame_rate_hz") if config.get("frontend") == "dynres" else None
+    print(f"reestimate_batchnorm: {layers} BatchNorm layers re-estimated over {restat_batches} evaluation budgets of "
+          f"{args.train_dir} at {'the standard rate' if rate is None else f'{rate:g} Hz'}; wrote {out_config} and "
+          f"{args.out_dir / Path(args.model_file).name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
