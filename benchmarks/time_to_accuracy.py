@@ -539,6 +539,9 @@ def summary_table(results: dict) -> List[str]:
              f"| time to target s (× `{ref}`'s) | `{ref}`'s best epoch reached: epoch (× time) "
              "| test WER % (S/D/I) | test CER % (S/D/I) |", "|---|---|---|---|---|---|---|---|---|"]
 
+    def num(x, fmt):
+        return "—" if x != x else format(x, fmt)
+
     def per_epoch(e, key):
         last = e["epochs"][-1]
         return nan if last.get(key) is None else last[key] / last["epoch"]
@@ -562,7 +565,7 @@ def summary_table(results: dict) -> List[str]:
         for seed, e in seeds.items():
             r, rb, t = e.get("reached"), e.get("reached_best"), e.get("test") or {}
             lines.append(
-                f"| {arm} | {seed} | {per_epoch(e, 'wall_sec'):.0f} | {per_epoch(e, 'encoder_input_frames'):,.0f} "
+                f"| {arm} | {seed} | {num(per_epoch(e, 'wall_sec'), '.0f')} | {num(per_epoch(e, 'encoder_input_frames'), ',.0f')} "
                 + ("| not reached | — " if r is None else
                    f"| {r['epoch']}, {r['steps']} | {r['wall_sec']:.0f} ({r['wall_ratio_to_target_arm']:.2f}×) ")
                 + ("| not reached " if rb is None else f"| {rb['epoch']} ({rb['wall_ratio_to_target_arm']:.2f}×) ")
@@ -577,22 +580,25 @@ def summary_table(results: dict) -> List[str]:
         def test_value(e, key):
             return (e.get("test") or {}).get(key, nan)
 
-        mean_of = (lambda xs: sum(xs) / len(xs) if xs else nan)
-        cells = [f"{mean_of([per_epoch(seeds[s], 'wall_sec') for s in ids]):.0f}",
-                 f"{mean_of([per_epoch(seeds[s], 'encoder_input_frames') for s in ids]):,.0f}",
-                 f"{len(reached)}/{len(ids)} seeds, {mean_of([r['steps'] for r in reached]):.0f} steps"]
+        def mean_of(xs):
+            xs = [x for x in xs if x == x]
+            return sum(xs) / len(xs) if xs else nan
+
+        cells = [num(mean_of([per_epoch(seeds[s], 'wall_sec') for s in ids]), ".0f"),
+                 num(mean_of([per_epoch(seeds[s], 'encoder_input_frames') for s in ids]), ",.0f"),
+                 f"{len(reached)}/{len(ids)} seeds, {num(mean_of([r['steps'] for r in reached]), '.0f')} steps"]
         if arm == ref:
             cells += ["1.00×", "—",
-                      f"{mean_of([test_value(seeds[s], 'wer') for s in ids]):.2f}",
-                      f"{mean_of([test_value(seeds[s], 'cer') for s in ids]):.2f}"]
+                      num(mean_of([test_value(seeds[s], 'wer') for s in ids]), ".2f"),
+                      num(mean_of([test_value(seeds[s], 'cer') for s in ids]), ".2f")]
         else:
             # the multiple itself (difference to 0) over the seeds that reached the target
             cells += [ci(paired_difference(values(seeds, "reached", ratio), [0.0] * len(ids)), ".2f") + "×",
                       ci(paired_difference(values(seeds, "reached_best", ratio), [0.0] * len(ids)), ".2f") + "×"]
             for key in ("wer", "cer"):
                 mine, theirs = values(seeds, key, test_value), values(refs, key, test_value)
-                cells.append(f"{mean_of([v for v in mine if v == v]):.2f}, Δ "
-                             + ci(paired_difference(mine, theirs), "+.2f"))
+                d = paired_difference(mine, theirs)
+                cells.append("—" if not d["seeds"] else f"{num(mean_of(mine), '.2f')}, Δ {ci(d, '+.2f')}")
         lines.append(f"| **{arm}** | mean | " + " | ".join(cells) + " |")
     return lines
 
@@ -668,11 +674,15 @@ def plot(results: dict, png: Path) -> None:
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe_dir", type=Path, default=HERE.parent / "egs2" / "fsdd_digits" / "asr1")
-    p.add_argument("--datadir", type=Path, required=True, help="the recipe's --datadir (stages 1-5 done)")
-    p.add_argument("--dumpdir", type=Path, required=True, help="the recipe's --dumpdir")
-    p.add_argument("--expdir", type=Path, required=True, help="the recipe's --expdir (stage 10 stats in it)")
+    p.add_argument("--datadir", type=Path, help="the recipe's --datadir (stages 1-5 done)")
+    p.add_argument("--dumpdir", type=Path, help="the recipe's --dumpdir")
+    p.add_argument("--expdir", type=Path, help="the recipe's --expdir (stage 10 stats in it)")
     p.add_argument("--out_dir", type=Path, required=True)
-    p.add_argument("--arm", action="append", required=True, help="name=train_config.yaml (repeatable)")
+    p.add_argument("--arm", action="append", help="name=train_config.yaml (repeatable)")
+    p.add_argument("--merge", type=Path, nargs="+", default=None,
+                   help="instead of training: the time_to_accuracy.json files of earlier runs (e.g. one per pair of "
+                        "arms and seed), merged into one report with --target_arm (default: the first file's first "
+                        "arm) and --target_rule")
     p.add_argument("--target_arm", default=None, help="reference arm (default: the first)")
     p.add_argument("--metric", default="ter_ctc_token", choices=sorted(METRICS))
     p.add_argument("--target_rule", default="last_two_mean", choices=TARGET_RULES,
@@ -700,8 +710,59 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+def merge_results(paths: List[Path], target_arm: Optional[str], target_rule: str) -> dict:
+    """One report from several ``time_to_accuracy.json`` files (arms and seeds trained in separate runs):
+    every ``(arm, seed)`` entry as recorded, the targets computed again for ``target_arm`` (default: the
+    first file's first arm) under ``target_rule`` (:func:`add_targets`), and the seed means.
+
+    Raises:
+        ValueError: files of different metrics, an ``(arm, seed)`` in two files, or a ``target_arm``
+            missing a seed that another arm has (named).
+    """
+    results: dict = {"arms": {}, "target_rule": target_rule, "merged_from": [str(p) for p in paths]}
+    for path in paths:
+        r = json.loads(Path(path).read_text())
+        metric = results.setdefault("metric", r["metric"])
+        if r["metric"] != metric:
+            raise ValueError(f"{path} measures {r['metric']}, the files before it {metric}: merge one metric")
+        results.setdefault("target_arm", target_arm or next(iter(r["arms"])))
+        for arm, seeds in r["arms"].items():
+            for seed, entry in seeds.items():
+                if int(seed) in results["arms"].setdefault(arm, {}):
+                    raise ValueError(f"{path}: arm {arm} seed {seed} is in an earlier file too; merge each run once")
+                results["arms"][arm][int(seed)] = {k: v for k, v in entry.items()
+                                                   if k not in ("target", "reached", "best_target", "reached_best")}
+    ref = results["target_arm"]
+    seeds = sorted({s for entries in results["arms"].values() for s in entries})
+    missing = [s for s in seeds if s not in results["arms"].get(ref, {})]
+    if missing:
+        raise ValueError(f"target arm {ref!r} has no run for seed(s) {missing}; merge its file or choose --target_arm")
+    for arm, entries in results["arms"].items():
+        results["arms"][arm] = dict(sorted(entries.items()))
+    add_targets(results, list(results["arms"]), seeds)
+    results["seed_means"] = seed_means(results)
+    return results
+
+
+def write_report(results: dict, out_dir: Path) -> str:
+    """``time_to_accuracy.json``, ``.md`` and ``.png`` in ``out_dir``; returns the Markdown."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "time_to_accuracy.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    (out_dir / "time_to_accuracy.md").write_text(table + "\n")
+    plot(results, out_dir / "time_to_accuracy.png")
+    return table
+
+
 def main(argv=None) -> int:
-    args = get_parser().parse_args(argv)
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    if args.merge:
+        print(write_report(merge_results(args.merge, args.target_arm, args.target_rule), args.out_dir))
+        return 0
+    missing = [f"--{k}" for k in ("datadir", "dumpdir", "expdir", "arm") if not getattr(args, k)]
+    if missing:
+        parser.error(f"training arms needs {', '.join(missing)} (or give --merge)")
     arms: Dict[str, Path] = {}
     for spec in args.arm:
         name, sep, path = spec.partition("=")
@@ -731,11 +792,7 @@ def main(argv=None) -> int:
                 f.result()
     results = report(args, arms)
     results["seed_means"] = seed_means(results)
-    (args.out_dir / "time_to_accuracy.json").write_text(json.dumps(results, indent=2) + "\n")
-    table = markdown(results)
-    (args.out_dir / "time_to_accuracy.md").write_text(table + "\n")
-    plot(results, args.out_dir / "time_to_accuracy.png")
-    print(table)
+    print(write_report(results, args.out_dir))
     return 0
 
 

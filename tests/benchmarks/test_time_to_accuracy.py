@@ -314,3 +314,33 @@ def test_summary_table_gives_each_seed_and_the_mean_with_paired_intervals(tmp_pa
                                                "cer_ref_chars": 300}))
     assert tta.parse_wer(d) == {"wer": 1.5, "S": 1, "D": 0, "I": 0, "N": 80, "cer": 0.9, "cer_S": 2, "cer_D": 1,
                                 "cer_I": 0, "cer_N": 300}
+
+
+def test_merge_reports_pairs_run_separately_against_one_target_arm(tmp_path):
+    """Two pairs trained in separate runs (A with C, E with F): one report whose target is A's in each seed."""
+    tta = load()
+
+    def run_file(name, arms, target_arm):
+        results = {"metric": "ter_ctc_token", "target_arm": target_arm, "target_rule": "last_two_mean",
+                   "arms": {arm: {seed: curve(w, [100, 200, 300]) for seed, w in seeds.items()}
+                            for arm, seeds in arms.items()}}
+        tta.add_targets(results, list(arms), sorted(next(iter(arms.values()))))
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(results))  # seeds become strings, as in the benchmark's own file
+        return path
+
+    ac = run_file("ac", {"A": {1: [0.5, 0.2, 0.1]}, "C": {1: [0.5, 0.1, 0.05]}}, "A")
+    ef = run_file("ef", {"E": {1: [0.4, 0.14, 0.02]}, "F": {1: [0.6, 0.3, 0.2]}}, "E")
+    merged = tta.merge_results([ac, ef], None, "last_two_mean")
+    assert merged["target_arm"] == "A" and list(merged["arms"]) == ["A", "C", "E", "F"]
+    e, f = merged["arms"]["E"][1], merged["arms"]["F"][1]
+    assert e["target"] == pytest.approx(0.15) and e["reached"]["epoch"] == 2  # A's target, not E's own (0.08)
+    assert e["reached"]["wall_ratio_to_target_arm"] == pytest.approx(200 / 300) and f["reached"] is None
+    assert tta.main(["--merge", str(ac), str(ef), "--out_dir", str(tmp_path / "out")]) == 0
+    table = (tmp_path / "out" / "time_to_accuracy.md").read_text()
+    assert "| E | 1 | 100 | — | 2, 20 | 200 (0.67×) | 3 (1.00×) | — | — |" in table  # s/epoch 300/3, no frames
+    assert (tmp_path / "out" / "time_to_accuracy.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="arm A seed 1 is in an earlier file"):
+        tta.merge_results([ac, ac], None, "last_two_mean")
+    with pytest.raises(ValueError, match="target arm 'C' has no run for seed"):
+        tta.merge_results([run_file("c2", {"A": {2: [0.5, 0.2, 0.1]}}, "A"), ac], "C", "last_two_mean")
