@@ -134,20 +134,112 @@ _MEASURE = ("import resource, subprocess, sys\n"
             "sys.exit(code)\n")
 
 
-def run_measured(cmd: List[str], cwd: Path, env: dict, log: Path) -> Tuple[int, int]:
+def process_tree(root: int) -> List[int]:
+    """``root`` and every process descended from it (Linux ``/proc``), parents before children."""
+    parents: Dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # ended while listed
+                continue
+    tree, i = [root], 0
+    while i < len(tree):
+        tree += [pid for pid, ppid in parents.items() if ppid == tree[i]]
+        i += 1
+    return tree
+
+
+class CpuRotation:
+    """Rotates the trainings that run side by side over the CPUs, so that a CPU slower than the others
+    (a virtual CPU whose host core is busier, say) slows every arm alike.
+
+    Every ``period_sec``, training ``i`` of the ``m`` registered (in the order they started) is pinned
+    to CPU ``cpus[(i + k) % len(cpus)]`` at rotation ``k``, with every thread of every process of its
+    tree (data-loader workers started later inherit it); with ``m == len(cpus)`` each training spends
+    the same share of the time on each CPU.  A training's wall-clock then measures its own work under
+    the pair's mean CPU speed.  Linux only (``/proc``, ``os.sched_setaffinity``).
+    """
+
+    def __init__(self, period_sec: float, cpus: Optional[List[int]] = None):
+        self.period_sec = period_sec
+        self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+        self.roots: List[int] = []
+        self.step = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def register(self, pid: int) -> None:
+        with self._lock:
+            self.roots.append(pid)
+
+    def unregister(self, pid: int) -> None:
+        with self._lock:
+            if pid in self.roots:
+                self.roots.remove(pid)
+            if not self.roots:  # what runs next (decoding) runs anywhere
+                return
+        self.rotate(advance=False)
+
+    def assignment(self) -> Dict[int, int]:
+        """``{root pid: CPU}`` at the current rotation."""
+        with self._lock:
+            return {root: self.cpus[(i + self.step) % len(self.cpus)] for i, root in enumerate(self.roots)}
+
+    def rotate(self, advance: bool = True) -> Dict[int, int]:
+        """Pin every registered tree to its CPU of this rotation, then advance; returns the assignment."""
+        placed = self.assignment()
+        for root, cpu in placed.items():
+            for pid in process_tree(root):
+                try:
+                    for tid in os.listdir(f"/proc/{pid}/task"):
+                        os.sched_setaffinity(int(tid), {cpu})
+                except (OSError, ValueError):  # ended meanwhile
+                    continue
+        if advance:
+            self.step += 1
+        return placed
+
+    def start(self) -> "CpuRotation":
+        def loop():
+            while not self._stop.wait(self.period_sec):
+                self.rotate()
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def run_measured(cmd: List[str], cwd: Path, env: dict, log: Path,
+                 rotation: Optional[CpuRotation] = None) -> Tuple[int, int]:
     """Run ``cmd`` to its end with stdout and stderr in ``log``; returns its exit code and the peak
     resident memory in KiB of the largest process of its tree (``ru_maxrss`` of the children of a
-    small wrapper process, as Linux reports it: every descendant that was waited for; not a sum)."""
+    small wrapper process, as Linux reports it: every descendant that was waited for; not a sum).
+    With ``rotation``, the process tree takes part in it while it runs (:class:`CpuRotation`)."""
     peak = log.with_name(log.name + ".peak_rss_kib")
     with open(log, "w") as fh:
-        code = subprocess.call([sys.executable, "-c", _MEASURE, str(peak), *cmd], cwd=cwd, env=env, stdout=fh,
-                               stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-c", _MEASURE, str(peak), *cmd], cwd=cwd, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT)
+        if rotation is not None:
+            rotation.register(proc.pid)
+        try:
+            code = proc.wait()
+        finally:
+            if rotation is not None:
+                rotation.unregister(proc.pid)
     peak_kib = int(peak.read_text()) if peak.exists() else 0
     peak.unlink(missing_ok=True)
     return code, peak_kib
 
 
-def run_recipe(args, tag: str, stages: str, extra: List[str], log: Path) -> int:
+def run_recipe(args, tag: str, stages: str, extra: List[str], log: Path, rotation: Optional[CpuRotation] = None) -> int:
     """``run.sh --stage a --stop_stage b`` of the recipe for one experiment tag; returns the peak
     resident memory (KiB) of its largest process (:func:`run_measured`); raises on failure."""
     a, b = stages.split("-")
@@ -155,7 +247,7 @@ def run_recipe(args, tag: str, stages: str, extra: List[str], log: Path) -> int:
            str(args.num_train), "--datadir", str(args.datadir), "--dumpdir", str(args.dumpdir), "--expdir",
            str(args.expdir), "--asr_tag", tag, "--python", sys.executable] + extra
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    code, peak_kib = run_measured(cmd, args.recipe_dir, env, log)
+    code, peak_kib = run_measured(cmd, args.recipe_dir, env, log, rotation)
     if code != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {code}); see {log}")
     return peak_kib
@@ -190,7 +282,7 @@ def train_arm(args, arm: str, config: Path, seed: int) -> None:
     memory_file(args, tag).unlink(missing_ok=True)
     try:
         peak = run_recipe(args, tag, "11-11", ["--asr_config", str(config.resolve()), "--asr_args", asr_args],
-                          args.out_dir / f"{tag}.train.out")
+                          args.out_dir / f"{tag}.train.out", getattr(args, "rotation", None))
         record_memory(args, tag, "train", peak)
     finally:
         stop.set()
@@ -693,6 +785,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--asr_args", default="", help="extra training arguments for every arm")
     p.add_argument("--parallel", type=int, default=2, help="trainings at once")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per training")
+    p.add_argument("--rotate_cpus_sec", type=float, default=0.0,
+                   help="with --threads 1: every this many seconds, move each running training to the next CPU "
+                        "(CpuRotation), so that CPUs of unequal speed slow every arm alike; 0 = off (Linux)")
     p.add_argument("--ngpu", type=int, default=0)
     p.add_argument("--num_train", type=int, default=3000)
     p.add_argument("--fs", default="16k")
@@ -782,9 +877,14 @@ def main(argv=None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(arm, cfg, seed) for seed in args.seeds for arm, cfg in arms.items()]
     start = time.time()
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        for f in [pool.submit(train_arm, args, *job) for job in jobs]:
-            f.result()
+    args.rotation = CpuRotation(args.rotate_cpus_sec).start() if args.rotate_cpus_sec > 0 else None
+    try:
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            for f in [pool.submit(train_arm, args, *job) for job in jobs]:
+                f.result()
+    finally:
+        if args.rotation is not None:
+            args.rotation.stop()
     print(f"training done in {time.time() - start:.0f} s", flush=True)
     if not args.skip_decode:
         with ThreadPoolExecutor(max_workers=args.parallel) as pool:

@@ -344,3 +344,38 @@ def test_merge_reports_pairs_run_separately_against_one_target_arm(tmp_path):
         tta.merge_results([ac, ac], None, "last_two_mean")
     with pytest.raises(ValueError, match="target arm 'C' has no run for seed"):
         tta.merge_results([run_file("c2", {"A": {2: [0.5, 0.2, 0.1]}}, "A"), ac], "C", "last_two_mean")
+
+
+def test_cpu_rotation_moves_each_training_tree_to_the_next_cpu():
+    """Two trainings (each a shell with a child, as run.sh starts ESPnet) swap CPUs at every rotation."""
+    import os
+    import subprocess as sp
+
+    tta = load()
+    cpus = sorted(os.sched_getaffinity(0))
+    rotation = tta.CpuRotation(60.0, cpus=cpus)
+    roots = [sp.Popen(["bash", "-c", "sleep 30 & wait"], start_new_session=True) for _ in range(2)]
+    try:
+        for root in roots:
+            rotation.register(root.pid)
+        import time
+
+        deadline = time.time() + 5
+        while any(len(tta.process_tree(r.pid)) < 2 for r in roots) and time.time() < deadline:
+            time.sleep(0.05)
+        trees = [tta.process_tree(r.pid) for r in roots]
+        assert all(len(t) == 2 for t in trees)  # the shell and its sleep
+        for rotation_step in range(3):
+            placed = rotation.rotate()
+            expected = [cpus[(i + rotation_step) % len(cpus)] for i in range(2)]
+            assert [placed[r.pid] for r in roots] == expected
+            for tree, cpu in zip(trees, expected):
+                assert all(os.sched_getaffinity(pid) == {cpu} for pid in tree)  # children too
+        if len(cpus) > 1:  # the two trees are never on one CPU, and each has been on both
+            assert placed[roots[0].pid] != placed[roots[1].pid]
+        rotation.unregister(roots[0].pid)
+        assert rotation.assignment() == {roots[1].pid: cpus[rotation.step % len(cpus)]}
+    finally:
+        for root in roots:
+            os.killpg(root.pid, 9)  # the shell and its sleep
+            root.wait()
