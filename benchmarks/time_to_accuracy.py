@@ -699,17 +699,18 @@ def test_set_table(results: dict) -> List[str]:
     """Test WER % per scored test set and arm: the mean over seeds, and the mean paired difference to
     the target arm with its 95 % interval (:func:`paired_difference`); empty without test sets."""
     ref = results["target_arm"]
-    sets = sorted({name for seeds in results["arms"].values() for e in seeds.values() for name in e.get("test_sets", {})})
+    rows = {**results["arms"], **results.get("decoded", {})}  # trained arms, then decoding-only variants
+    sets = sorted({name for seeds in rows.values() for e in seeds.values() for name in e.get("test_sets", {})})
     if not sets:
         return []
 
     def wer(arm, seed, name):
-        r = (results["arms"][arm].get(seed) or {}).get("test_sets", {}).get(name)
+        r = (rows[arm].get(seed) or {}).get("test_sets", {}).get(name)
         return float("nan") if r is None else r["wer"]
 
     lines = ["", f"Test WER % per test set: mean over seeds (seeds), and the paired difference arm − `{ref}` "
              "with its 95 % interval.", "", "| arm | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
-    for arm, seeds in results["arms"].items():
+    for arm, seeds in rows.items():
         cells = []
         for name in sets:
             mine = [wer(arm, s, name) for s in seeds]
@@ -771,6 +772,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--expdir", type=Path, help="the recipe's --expdir (stage 10 stats in it)")
     p.add_argument("--out_dir", type=Path, required=True)
     p.add_argument("--arm", action="append", help="name=train_config.yaml (repeatable)")
+    p.add_argument("--decoded", action="append", default=[],
+                   help="NAME=EXP_DIR with {seed} in it (repeatable): the test sets of a model that was only decoded "
+                        "(e.g. reestimate_batchnorm --eval_frame_rate_hz 80, then the recipe's stages 12-13), reported "
+                        "beside the arms")
     p.add_argument("--merge", type=Path, nargs="+", default=None,
                    help="instead of training: the time_to_accuracy.json files of earlier runs (e.g. one per pair of "
                         "arms and seed), merged into one report with --target_arm (default: the first file's first "
@@ -839,6 +844,42 @@ def merge_results(paths: List[Path], target_arm: Optional[str], target_rule: str
     return results
 
 
+def decoded_test_sets(exp_dir: Path) -> Dict[str, dict]:
+    """The scored test sets of an experiment that was only decoded (a trained model re-estimated for
+    another evaluation rate, say: ``espnet_dynres.bin.reestimate_batchnorm``): ``{set: parse_wer}`` from
+    its one ``decode_*`` directory.
+
+    Raises:
+        ValueError: no or several ``decode_*`` directories (named).
+    """
+    decode_dirs = sorted(p for p in Path(exp_dir).glob("decode_*") if p.is_dir())
+    if len(decode_dirs) != 1:
+        raise ValueError(f"{exp_dir}: expected one decode_* directory (the recipe's stages 12-13), found "
+                         f"{[p.name for p in decode_dirs]}")
+    sets = sorted(p.parent.parent.name for p in decode_dirs[0].glob("*/score/result.json"))
+    return {name: parse_wer(decode_dirs[0] / name / "score") for name in sets}
+
+
+def add_decoded(results: dict, specs: List[str], seeds: List[int]) -> dict:
+    """``results["decoded"][name][seed] = {"test_sets": ...}`` for each ``NAME=DIR`` of ``specs``, ``DIR``
+    an experiment directory with ``{seed}`` in its name (:func:`decoded_test_sets`); the test-set table
+    pairs them with the target arm like the trained arms.
+
+    Raises:
+        ValueError: a spec without ``=`` or ``{seed}``, or a seed's directory missing (named).
+    """
+    for spec in specs:
+        name, sep, template = spec.partition("=")
+        if not sep or "{seed}" not in template:
+            raise ValueError(f"--decoded takes NAME=EXP_DIR with {{seed}} in EXP_DIR, got {spec!r}")
+        for seed in seeds:
+            exp_dir = Path(template.format(seed=seed))
+            if not exp_dir.is_dir():
+                raise ValueError(f"--decoded {name}: {exp_dir} does not exist (seed {seed})")
+            results.setdefault("decoded", {}).setdefault(name, {})[seed] = {"test_sets": decoded_test_sets(exp_dir)}
+    return results
+
+
 def write_report(results: dict, out_dir: Path) -> str:
     """``time_to_accuracy.json``, ``.md`` and ``.png`` in ``out_dir``; returns the Markdown."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -853,7 +894,9 @@ def main(argv=None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
     if args.merge:
-        print(write_report(merge_results(args.merge, args.target_arm, args.target_rule), args.out_dir))
+        results = merge_results(args.merge, args.target_arm, args.target_rule)
+        seeds = sorted({s for entries in results["arms"].values() for s in entries})
+        print(write_report(add_decoded(results, args.decoded, seeds), args.out_dir))
         return 0
     missing = [f"--{k}" for k in ("datadir", "dumpdir", "expdir", "arm") if not getattr(args, k)]
     if missing:
@@ -890,7 +933,7 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(max_workers=args.parallel) as pool:
             for f in [pool.submit(decode_arm, args, arm, seed) for arm, _, seed in jobs]:
                 f.result()
-    results = report(args, arms)
+    results = add_decoded(report(args, arms), args.decoded, args.seeds)
     results["seed_means"] = seed_means(results)
     print(write_report(results, args.out_dir))
     return 0
