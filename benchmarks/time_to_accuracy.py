@@ -779,7 +779,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge", type=Path, nargs="+", default=None,
                    help="instead of training: the time_to_accuracy.json files of earlier runs (e.g. one per pair of "
                         "arms and seed), merged into one report with --target_arm (default: the first file's first "
-                        "arm) and --target_rule")
+                        "arm) and --target_rule; with --expdir, test scores are read again from the experiments")
     p.add_argument("--target_arm", default=None, help="reference arm (default: the first)")
     p.add_argument("--metric", default="ter_ctc_token", choices=sorted(METRICS))
     p.add_argument("--target_rule", default="last_two_mean", choices=TARGET_RULES,
@@ -896,6 +896,15 @@ def main(argv=None) -> int:
     if args.merge:
         results = merge_results(args.merge, args.target_arm, args.target_rule)
         seeds = sorted({s for entries in results["arms"].values() for s in entries})
+        if args.expdir is not None:  # the scores as the recipe wrote them (a file may predate a column, CER say)
+            args.expdir = args.expdir.resolve()
+            args.inference_config = (args.inference_config
+                                     or args.recipe_dir.resolve() / "conf" / "decode_asr_ctc_greedy.yaml")
+            for arm, entries in results["arms"].items():
+                for seed, entry in entries.items():
+                    tag = arm_tag(args, arm, seed)
+                    entry["test"] = parse_wer(score_dir(args, tag)) or entry.get("test")
+                    entry["test_sets"] = parse_test_sets(args, tag) or entry.get("test_sets", {})
         print(write_report(add_decoded(results, args.decoded, seeds), args.out_dir))
         return 0
     missing = [f"--{k}" for k in ("datadir", "dumpdir", "expdir", "arm") if not getattr(args, k)]
