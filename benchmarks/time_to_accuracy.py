@@ -819,7 +819,7 @@ def merge_results(paths: List[Path], target_arm: Optional[str], target_rule: str
         ValueError: files of different metrics, an ``(arm, seed)`` in two files, or a ``target_arm``
             missing a seed that another arm has (named).
     """
-    results: dict = {"arms": {}, "target_rule": target_rule, "merged_from": [str(p) for p in paths]}
+    results: dict = {"arms": {}, "target_rule": target_rule, "merged_from": [Path(p).name for p in paths]}
     for path in paths:
         r = json.loads(Path(path).read_text())
         metric = results.setdefault("metric", r["metric"])
@@ -832,6 +832,9 @@ def merge_results(paths: List[Path], target_arm: Optional[str], target_rule: str
                     raise ValueError(f"{path}: arm {arm} seed {seed} is in an earlier file too; merge each run once")
                 results["arms"][arm][int(seed)] = {k: v for k, v in entry.items()
                                                    if k not in ("target", "reached", "best_target", "reached_best")}
+        for name, seeds in r.get("decoded", {}).items():  # decoding-only variants (add_decoded) travel along
+            for seed, entry in seeds.items():
+                results.setdefault("decoded", {}).setdefault(name, {})[int(seed)] = entry
     ref = results["target_arm"]
     seeds = sorted({s for entries in results["arms"].values() for s in entries})
     missing = [s for s in seeds if s not in results["arms"].get(ref, {})]

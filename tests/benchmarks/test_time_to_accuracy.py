@@ -396,6 +396,11 @@ def test_decoded_variants_join_the_test_set_table(tmp_path):
     tta.add_decoded(results, [f"E80={tmp_path}/asr_E80_s{{seed}}"], [0, 1])
     lines = tta.test_set_table(results)
     assert "| E80 | 2.00 (2), +0.50 [+0.50, +0.50] | 3.50 (2), +0.50 [-5.85, +6.85] |" in lines
+    # a report's file carries its decoded variants into a later merge
+    path = tmp_path / "seed01.json"
+    path.write_text(json.dumps(results))
+    merged = tta.merge_results([path], None, "last_two_mean")
+    assert merged["decoded"]["E80"][1]["test_sets"]["test"]["wer"] == 2.5
     with pytest.raises(ValueError, match="asr_E80_s2 does not exist"):
         tta.add_decoded(results, [f"E80={tmp_path}/asr_E80_s{{seed}}"], [2])
     with pytest.raises(ValueError, match="with {seed} in EXP_DIR"):
