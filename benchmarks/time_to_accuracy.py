@@ -343,15 +343,24 @@ def encoder_frames_per_epoch(args, config: Path, epoch: int = 1, seed: Optional[
     return {"batches": summary["num_batches"], "frames": summary["total_frames"] + summary.get("padded_frames", 0)}
 
 
-def evaluate_cached(vm, ckpt: Path, valid_dir: Path, config: Path) -> dict:
-    """``valid_metrics.evaluate`` of one checkpoint, stored in ``<ckpt stem>.valid_metrics.json`` and
-    reused only while the checkpoint (size, mtime), the valid directory and the source of
-    ``valid_metrics.py`` are the ones it was computed from."""
+def evaluate_cached(vm, ckpt: Path, valid_dir: Path, config: Path, restat_train_dir: Optional[Path] = None,
+                    name: str = "") -> dict:
+    """``valid_metrics.evaluate`` of one checkpoint, stored in ``<ckpt stem>.valid_metrics[.<name>].json``
+    and reused only while the checkpoint (size, mtime), the valid directory, the config, the
+    re-estimate's training directory and the source of ``valid_metrics.py`` are the ones it was
+    computed from.  With ``restat_train_dir``, the checkpoint's BatchNorm statistics are first
+    re-estimated as the run does before each validation (``model_conf.batchnorm_restat_batches``)."""
     stat = ckpt.stat()
     stamp = {"checkpoint_bytes": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
              "valid_dir": str(Path(valid_dir).resolve()),
              "valid_metrics_sha1": hashlib.sha1(Path(vm.__file__).read_bytes()).hexdigest()}
-    cache = ckpt.with_name(ckpt.stem + ".valid_metrics.json")
+    restat_batches = 0
+    if restat_train_dir is not None:
+        restat_batches = int(((yaml.safe_load(Path(config).read_text()) or {}).get("model_conf") or {})
+                             .get("batchnorm_restat_batches", 6))
+        stamp.update(config_sha1=hashlib.sha1(Path(config).read_bytes()).hexdigest(),
+                     restat_train_dir=str(Path(restat_train_dir).resolve()), restat_batches=restat_batches)
+    cache = ckpt.with_name(ckpt.stem + (f".valid_metrics.{name}.json" if name else ".valid_metrics.json"))
     if cache.exists():
         try:
             stored = json.loads(cache.read_text(encoding="utf-8"))
@@ -359,7 +368,8 @@ def evaluate_cached(vm, ckpt: Path, valid_dir: Path, config: Path) -> dict:
             stored = {}
         if stored.get("stamp") == stamp:
             return stored["metrics"]
-    metrics = vm.evaluate(ckpt, valid_dir, config)
+    metrics = (vm.evaluate(ckpt, valid_dir, config) if restat_train_dir is None
+               else vm.evaluate(ckpt, valid_dir, config, restat_train_dir, restat_batches))
     cache.write_text(json.dumps({"stamp": stamp, "metrics": metrics}, indent=1) + "\n", encoding="utf-8")
     return metrics
 
@@ -411,7 +421,70 @@ def report(args, arms: Dict[str, Path]) -> dict:
                                                          "batches_per_epoch": audits[0]["batches"],
                                                          "train_peak_rss_gib": memory.get("train_peak_rss_gib"),
                                                          "decode_peak_rss_gib": memory.get("decode_peak_rss_gib")}
-    return add_targets(results, list(arms), args.seeds)
+    for name, (base, rate_hz) in parse_eval_rate_variants(getattr(args, "eval_rate_variant", []), arms).items():
+        for seed in args.seeds:
+            results["arms"].setdefault(name, {})[seed] = eval_rate_variant_entry(
+                args, vm, name, results["arms"][base][seed], arm_tag(args, base, seed), seed)
+    return add_targets(results, list(results["arms"]), args.seeds)
+
+
+def parse_eval_rate_variants(specs: List[str], arms: Dict[str, Path]) -> Dict[str, Tuple[str, float]]:
+    """``{name: (trained arm, evaluation rate Hz)}`` from ``NAME=ARM:RATE`` specs.
+
+    Raises:
+        SystemExit: a malformed spec, or an arm that is not trained here (named).
+    """
+    out = {}
+    for spec in specs:
+        name, _, rest = spec.partition("=")
+        base, _, rate = rest.partition(":")
+        try:
+            rate_hz = float(rate)
+        except ValueError:
+            rate_hz = float("nan")
+        if not name or base not in arms or not rate_hz > 0:
+            raise SystemExit(f"--eval_rate_variant takes NAME=ARM:RATE_HZ with ARM one of {list(arms)}, got {spec!r}")
+        out[name] = (base, rate_hz)
+    return out
+
+
+def prepare_eval_rate_variant(args, name: str, base: str, rate_hz: float, seed: int) -> None:
+    """``<expdir>/asr_<tag of name>``: the trained arm's ``valid.acc.ave.pth`` with its BatchNorm statistics
+    re-estimated at ``rate_hz`` and ``eval_frame_rate_hz: rate_hz`` in its config
+    (``espnet_dynres.bin.reestimate_batchnorm``), decoded by the recipe's stages 12–13 unless
+    ``--skip_decode``."""
+    base_dir = args.expdir / f"asr_{arm_tag(args, base, seed)}"
+    tag = arm_tag(args, name, seed)
+    cmd = [sys.executable, "-m", "espnet_dynres.bin.reestimate_batchnorm", "--exp_dir", str(base_dir),
+           "--train_dir", str(args.dumpdir / "raw" / "train"), "--out_dir", str(args.expdir / f"asr_{tag}"),
+           "--eval_frame_rate_hz", str(rate_hz)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    code, _ = run_measured(cmd, args.recipe_dir, env, args.out_dir / f"{tag}.reestimate.out")
+    if code != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {code}); see {args.out_dir / f'{tag}.reestimate.out'}")
+    if not args.skip_decode:
+        decode_arm(args, name, seed)
+
+
+def eval_rate_variant_entry(args, vm, name: str, base_entry: dict, base_tag: str, seed: int) -> dict:
+    """The report entry of an evaluation-rate variant: the trained arm's epochs (wall-clock, steps, frames:
+    the same training), each epoch's checkpoint validated with the variant's config after a BatchNorm
+    re-estimate at its rate (as the run would before a validation at that rate), and the variant's own
+    test scores (:func:`prepare_eval_rate_variant`)."""
+    tag = arm_tag(args, name, seed)
+    config = args.expdir / f"asr_{tag}" / "config.yaml"
+    epochs_dir = args.expdir / f"asr_{base_tag}" / "epochs"
+    rows = []
+    for row in base_entry["epochs"]:
+        ckpt = epochs_dir / f"{row['epoch']}epoch.pth"
+        keep = {k: row[k] for k in ("epoch", "wall_sec", "train_sec", "steps", "encoder_input_frames") if k in row}
+        valid = (evaluate_cached(vm, ckpt, args.valid_dir, config, args.dumpdir / "raw" / "train", name)
+                 if ckpt.exists() else {})
+        rows.append({**keep, **valid})
+        print(f"[{tag}] epoch {row['epoch']}: {rows[-1]}", flush=True)
+    return {"epochs": rows, "test": parse_wer(score_dir(args, tag)), "test_sets": parse_test_sets(args, tag),
+            "batches_per_epoch": base_entry.get("batches_per_epoch"), "evaluation_of": base_tag,
+            "train_peak_rss_gib": base_entry.get("train_peak_rss_gib"), "decode_peak_rss_gib": None}
 
 
 TARGET_RULES = ("last_two_mean", "best")
@@ -772,6 +845,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--expdir", type=Path, help="the recipe's --expdir (stage 10 stats in it)")
     p.add_argument("--out_dir", type=Path, required=True)
     p.add_argument("--arm", action="append", help="name=train_config.yaml (repeatable)")
+    p.add_argument("--eval_rate_variant", action="append", default=[],
+                   help="NAME=ARM:RATE_HZ (repeatable): the trained dynres ARM evaluated at RATE_HZ instead, as an arm "
+                        "of its own: BatchNorm re-estimated and validated at that rate for every epoch checkpoint, its "
+                        "averaged model re-estimated and decoded at it (no training: the same weights)")
     p.add_argument("--decoded", action="append", default=[],
                    help="NAME=EXP_DIR with {seed} in it (repeatable): the test sets of a model that was only decoded "
                         "(e.g. reestimate_batchnorm --eval_frame_rate_hz 80, then the recipe's stages 12-13), reported "
@@ -945,6 +1022,9 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(max_workers=args.parallel) as pool:
             for f in [pool.submit(decode_arm, args, arm, seed) for arm, _, seed in jobs]:
                 f.result()
+    for name, (base, rate_hz) in parse_eval_rate_variants(args.eval_rate_variant, arms).items():
+        for seed in args.seeds:
+            prepare_eval_rate_variant(args, name, base, rate_hz, seed)
     results = add_decoded(report(args, arms), args.decoded, args.seeds)
     results["seed_means"] = seed_means(results)
     print(write_report(results, args.out_dir))

@@ -405,3 +405,44 @@ def test_decoded_variants_join_the_test_set_table(tmp_path):
         tta.add_decoded(results, [f"E80={tmp_path}/asr_E80_s{{seed}}"], [2])
     with pytest.raises(ValueError, match="with {seed} in EXP_DIR"):
         tta.add_decoded(results, ["E80=/no/seed/here"], [0])
+
+
+def test_eval_rate_variant_is_the_trained_arm_validated_and_scored_at_its_rate(tmp_path):
+    """The variant keeps the trained arm's epochs and takes its valid figures from each checkpoint evaluated
+    with the variant's config after a BatchNorm re-estimate over the training directory."""
+    import types
+
+    tta = load()
+    calls = []
+
+    def evaluate(ckpt, valid_dir, config, restat_train_dir=None, restat_batches=6):
+        calls.append((ckpt.name, config.parent.name, restat_train_dir.name, restat_batches))
+        return {"ter_ctc_token": 0.1 * int(ckpt.name[0])}
+
+    vm_file = tmp_path / "vm.py"
+    vm_file.write_text("# stand-in\n")
+    vm = types.SimpleNamespace(evaluate=evaluate, __file__=str(vm_file))
+    exp = tmp_path / "exp"
+    (exp / "asr_tta_E_s1" / "epochs").mkdir(parents=True)
+    for e in (1, 2):
+        (exp / "asr_tta_E_s1" / "epochs" / f"{e}epoch.pth").write_bytes(b"x" * e)
+    (exp / "asr_tta_E80_s1").mkdir()
+    (exp / "asr_tta_E80_s1" / "config.yaml").write_text(yaml.safe_dump({"model_conf": {"batchnorm_restat_batches": 3}}))
+    args = type("Args", (), {"expdir": exp, "tag_prefix": "tta_", "valid_dir": tmp_path / "dev",
+                             "dumpdir": tmp_path / "dump", "inference_config": tmp_path / "decode_asr_ctc_greedy.yaml"})()
+    base = {"epochs": [{"epoch": 1, "wall_sec": 100, "train_sec": 90, "steps": 10, "encoder_input_frames": 5,
+                        "ter_ctc_token": 0.9}, {"epoch": 2, "wall_sec": 200, "train_sec": 180, "steps": 20,
+                                                "encoder_input_frames": 10, "ter_ctc_token": 0.8}],
+            "batches_per_epoch": 10}
+    entry = tta.eval_rate_variant_entry(args, vm, "E80", base, "tta_E_s1", 1)
+    assert [r["ter_ctc_token"] for r in entry["epochs"]] == [0.1, 0.2]  # the variant's figures, not E's
+    assert [(r["wall_sec"], r["steps"]) for r in entry["epochs"]] == [(100, 10), (200, 20)]  # E's training
+    assert calls == [("1epoch.pth", "asr_tta_E80_s1", "train", 3), ("2epoch.pth", "asr_tta_E80_s1", "train", 3)]
+    assert (exp / "asr_tta_E_s1" / "epochs" / "1epoch.valid_metrics.E80.json").exists()  # beside E's own cache
+    tta.eval_rate_variant_entry(args, vm, "E80", base, "tta_E_s1", 1)
+    assert len(calls) == 2  # cached
+    arms = {"E": tmp_path / "e.yaml"}
+    assert tta.parse_eval_rate_variants(["E80=E:80"], arms) == {"E80": ("E", 80.0)}
+    for bad in ("E80=F:80", "E80=E", "E80=E:zero", "=E:80"):
+        with pytest.raises(SystemExit, match="NAME=ARM:RATE_HZ"):
+            tta.parse_eval_rate_variants([bad], arms)
