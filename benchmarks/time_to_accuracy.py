@@ -772,7 +772,7 @@ def test_set_table(results: dict) -> List[str]:
     """Test WER % per scored test set and arm: the mean over seeds, and the mean paired difference to
     the target arm with its 95 % interval (:func:`paired_difference`); empty without test sets."""
     ref = results["target_arm"]
-    rows = {**results["arms"], **results.get("decoded", {})}  # trained arms, then decoding-only variants
+    rows = results["arms"]
     sets = sorted({name for seeds in rows.values() for e in seeds.values() for name in e.get("test_sets", {})})
     if not sets:
         return []
@@ -849,10 +849,6 @@ def get_parser() -> argparse.ArgumentParser:
                    help="NAME=ARM:RATE_HZ (repeatable): the trained dynres ARM evaluated at RATE_HZ instead, as an arm "
                         "of its own: BatchNorm re-estimated and validated at that rate for every epoch checkpoint, its "
                         "averaged model re-estimated and decoded at it (no training: the same weights)")
-    p.add_argument("--decoded", action="append", default=[],
-                   help="NAME=EXP_DIR with {seed} in it (repeatable): the test sets of a model that was only decoded "
-                        "(e.g. reestimate_batchnorm --eval_frame_rate_hz 80, then the recipe's stages 12-13), reported "
-                        "beside the arms")
     p.add_argument("--merge", type=Path, nargs="+", default=None,
                    help="instead of training: the time_to_accuracy.json files of earlier runs (e.g. one per pair of "
                         "arms and seed), merged into one report with --target_arm (default: the first file's first "
@@ -909,9 +905,6 @@ def merge_results(paths: List[Path], target_arm: Optional[str], target_rule: str
                     raise ValueError(f"{path}: arm {arm} seed {seed} is in an earlier file too; merge each run once")
                 results["arms"][arm][int(seed)] = {k: v for k, v in entry.items()
                                                    if k not in ("target", "reached", "best_target", "reached_best")}
-        for name, seeds in r.get("decoded", {}).items():  # decoding-only variants (add_decoded) travel along
-            for seed, entry in seeds.items():
-                results.setdefault("decoded", {}).setdefault(name, {})[int(seed)] = entry
     ref = results["target_arm"]
     seeds = sorted({s for entries in results["arms"].values() for s in entries})
     missing = [s for s in seeds if s not in results["arms"].get(ref, {})]
@@ -921,42 +914,6 @@ def merge_results(paths: List[Path], target_arm: Optional[str], target_rule: str
         results["arms"][arm] = dict(sorted(entries.items()))
     add_targets(results, list(results["arms"]), seeds)
     results["seed_means"] = seed_means(results)
-    return results
-
-
-def decoded_test_sets(exp_dir: Path) -> Dict[str, dict]:
-    """The scored test sets of an experiment that was only decoded (a trained model re-estimated for
-    another evaluation rate, say: ``espnet_dynres.bin.reestimate_batchnorm``): ``{set: parse_wer}`` from
-    its one ``decode_*`` directory.
-
-    Raises:
-        ValueError: no or several ``decode_*`` directories (named).
-    """
-    decode_dirs = sorted(p for p in Path(exp_dir).glob("decode_*") if p.is_dir())
-    if len(decode_dirs) != 1:
-        raise ValueError(f"{exp_dir}: expected one decode_* directory (the recipe's stages 12-13), found "
-                         f"{[p.name for p in decode_dirs]}")
-    sets = sorted(p.parent.parent.name for p in decode_dirs[0].glob("*/score/result.json"))
-    return {name: parse_wer(decode_dirs[0] / name / "score") for name in sets}
-
-
-def add_decoded(results: dict, specs: List[str], seeds: List[int]) -> dict:
-    """``results["decoded"][name][seed] = {"test_sets": ...}`` for each ``NAME=DIR`` of ``specs``, ``DIR``
-    an experiment directory with ``{seed}`` in its name (:func:`decoded_test_sets`); the test-set table
-    pairs them with the target arm like the trained arms.
-
-    Raises:
-        ValueError: a spec without ``=`` or ``{seed}``, or a seed's directory missing (named).
-    """
-    for spec in specs:
-        name, sep, template = spec.partition("=")
-        if not sep or "{seed}" not in template:
-            raise ValueError(f"--decoded takes NAME=EXP_DIR with {{seed}} in EXP_DIR, got {spec!r}")
-        for seed in seeds:
-            exp_dir = Path(template.format(seed=seed))
-            if not exp_dir.is_dir():
-                raise ValueError(f"--decoded {name}: {exp_dir} does not exist (seed {seed})")
-            results.setdefault("decoded", {}).setdefault(name, {})[seed] = {"test_sets": decoded_test_sets(exp_dir)}
     return results
 
 
@@ -975,7 +932,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.merge:
         results = merge_results(args.merge, args.target_arm, args.target_rule)
-        seeds = sorted({s for entries in results["arms"].values() for s in entries})
         if args.expdir is not None:  # the scores as the recipe wrote them (a file may predate a column, CER say)
             args.expdir = args.expdir.resolve()
             args.inference_config = (args.inference_config
@@ -985,7 +941,7 @@ def main(argv=None) -> int:
                     tag = arm_tag(args, arm, seed)
                     entry["test"] = parse_wer(score_dir(args, tag)) or entry.get("test")
                     entry["test_sets"] = parse_test_sets(args, tag) or entry.get("test_sets", {})
-        print(write_report(add_decoded(results, args.decoded, seeds), args.out_dir))
+        print(write_report(results, args.out_dir))
         return 0
     missing = [f"--{k}" for k in ("datadir", "dumpdir", "expdir", "arm") if not getattr(args, k)]
     if missing:
@@ -1025,7 +981,7 @@ def main(argv=None) -> int:
     for name, (base, rate_hz) in parse_eval_rate_variants(args.eval_rate_variant, arms).items():
         for seed in args.seeds:
             prepare_eval_rate_variant(args, name, base, rate_hz, seed)
-    results = add_decoded(report(args, arms), args.decoded, args.seeds)
+    results = report(args, arms)
     results["seed_means"] = seed_means(results)
     print(write_report(results, args.out_dir))
     return 0

@@ -381,32 +381,6 @@ def test_cpu_rotation_moves_each_training_tree_to_the_next_cpu():
             root.wait()
 
 
-def test_decoded_variants_join_the_test_set_table(tmp_path):
-    """A model only decoded (another evaluation rate) is paired with the target arm like a trained arm."""
-    tta = load()
-    for seed, wers in ((0, {"test": 1.5, "test_tempo0.8": 3.0}), (1, {"test": 2.5, "test_tempo0.8": 4.0})):
-        for name, wer in wers.items():
-            d = tmp_path / f"asr_E80_s{seed}" / "decode_decode_asr_ctc_greedy_valid.acc.ave" / name / "score"
-            d.mkdir(parents=True)
-            (d / "result.json").write_text(json.dumps({"wer": wer, "wer_sub": 1, "wer_del": 0, "wer_ins": 0,
-                                                        "wer_ref_words": 80}))
-    results = {"metric": "ter_ctc_token", "target_arm": "A", "arms": {"A": {
-        s: {**curve([0.1], [10]), "test_sets": {"test": {"wer": w}, "test_tempo0.8": {"wer": 2 * w}}}
-        for s, w in ((0, 1.0), (1, 2.0))}}}
-    tta.add_decoded(results, [f"E80={tmp_path}/asr_E80_s{{seed}}"], [0, 1])
-    lines = tta.test_set_table(results)
-    assert "| E80 | 2.00 (2), +0.50 [+0.50, +0.50] | 3.50 (2), +0.50 [-5.85, +6.85] |" in lines
-    # a report's file carries its decoded variants into a later merge
-    path = tmp_path / "seed01.json"
-    path.write_text(json.dumps(results))
-    merged = tta.merge_results([path], None, "last_two_mean")
-    assert merged["decoded"]["E80"][1]["test_sets"]["test"]["wer"] == 2.5
-    with pytest.raises(ValueError, match="asr_E80_s2 does not exist"):
-        tta.add_decoded(results, [f"E80={tmp_path}/asr_E80_s{{seed}}"], [2])
-    with pytest.raises(ValueError, match="with {seed} in EXP_DIR"):
-        tta.add_decoded(results, ["E80=/no/seed/here"], [0])
-
-
 def test_eval_rate_variant_is_the_trained_arm_validated_and_scored_at_its_rate(tmp_path):
     """The variant keeps the trained arm's epochs and takes its valid figures from each checkpoint evaluated
     with the variant's config after a BatchNorm re-estimate over the training directory."""
