@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Where a training step's time goes: data loading, frontend, SpecAugment, normalize, encoder,
-decoder, CTC, the rest of the loss, backward and the optimizer step, per arm.
+decoder, CTC, the rest of the loss, backward, the optimizer step and, for models that have it,
+the BatchNorm re-estimate (once per epoch, spread over the epoch's steps), per arm.
 
 Each arm is the ``config.yaml`` an ESPnet training wrote (``<exp>/config.yaml``: every
 argument, data paths included).  The model is built fresh from it (``ASRTask.build_model``),
@@ -10,6 +11,14 @@ the arm's ``batch_type`` and ``num_workers``), and the first ``--steps`` steps a
 parts, and around ``next(iterator)``, ``backward()`` and ``optimizer.step()``.  Each
 phase is reported in ms per step and in ms per second of audio (speech samples before
 padding / ``fs``), so arms with different batch shapes compare per unit of work.
+
+The re-estimate (``model: dynres`` and ``model: token_normalized``) runs once per epoch, when
+the trainer calls ``model.eval()``: after the timed steps the profile times that call, over the
+sample the timed steps offered it (``batchnorm_restat_batches`` evaluation budgets; the steps
+must see more audio than that, or the sample and its cost come out smaller than an epoch's),
+and spreads it over an epoch's audio (the sum of the config's first ``train_shape_file`` /
+``fs``): phase ``restat`` = re-estimate seconds × audio per step / epoch audio.  Models without
+it report 0.
 Arms run one after the other in this process (same threads, same machine load).
 
 Usage::
@@ -32,7 +41,7 @@ import torch
 import yaml
 
 PARTS = ("frontend", "specaug", "normalize", "encoder", "decoder", "ctc")
-PHASES = ("data",) + PARTS + ("loss_rest", "backward", "optimizer")
+PHASES = ("data",) + PARTS + ("loss_rest", "backward", "optimizer", "restat")
 
 
 def profile_arm(config: Path, steps: int, warmup: int, seed: int = 0) -> Dict[str, float]:
@@ -100,11 +109,42 @@ def profile_arm(config: Path, steps: int, warmup: int, seed: int = 0) -> Dict[st
             spent["backward"] += t3 - t2
             spent["optimizer"] += t4 - t3
             audio_sec += float(batch["speech_lengths"].sum()) / fs
+    restat = getattr(model, "_batchnorm_restat", None)
+    restat_utts = len(restat) if restat is not None else 0
+    t0 = time.perf_counter()
+    model.eval()  # the re-estimate, as the trainer triggers it before validation
+    restat_sec = time.perf_counter() - t0 if restat_utts else 0.0
+    epoch_audio_sec = epoch_audio_seconds(args, fs)
     out = {k: spent.get(k, 0.0) / steps for k in PHASES}
+    out["restat"] = restat_sec * (audio_sec / steps) / epoch_audio_sec
     out["total"] = sum(out[k] for k in PHASES)
     out["audio_sec_per_step"] = audio_sec / steps
     out["steps"] = steps
+    out["restat_sec_per_epoch"] = restat_sec
+    out["restat_sample_utts"] = restat_utts
+    out["epoch_audio_sec"] = epoch_audio_sec
     return out
+
+
+def epoch_audio_seconds(args: argparse.Namespace, fs: float) -> float:
+    """Seconds of training audio in an epoch: the sum of the first ``train_shape_file``'s first
+    dimension (``<utt> <samples>[,<dims>]``, samples, or frames for extracted features, whose
+    ``fs`` is then the frame rate) / ``fs``.
+
+    Raises:
+        ValueError: the config names no ``train_shape_file`` or it lists no utterance.
+    """
+    shape_files = getattr(args, "train_shape_file", None) or []
+    if not shape_files:
+        raise ValueError("the config names no train_shape_file; the re-estimate cannot be spread over an epoch")
+    total = 0.0
+    for line in Path(shape_files[0]).read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 2:
+            total += float(fields[1].split(",")[0])
+    if total <= 0:
+        raise ValueError(f"{shape_files[0]}: no utterance listed")
+    return total / fs
 
 
 def markdown(results: Dict[str, Dict[str, float]]) -> str:
@@ -121,6 +161,11 @@ def markdown(results: Dict[str, Dict[str, float]]) -> str:
     for a in arms:
         cells += [f"{results[a]['audio_sec_per_step']:.1f}", ""]
     lines.append("| audio s per step | " + " | ".join(cells) + " |")
+    cells = []
+    for a in arms:
+        r = results[a]
+        cells += [f"{r['restat_sec_per_epoch']:.1f} s, {r['restat_sample_utts']:.0f} utts", ""]
+    lines.append("| re-estimate per epoch | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -193,9 +193,16 @@ def test_two_arms_through_the_recipe_end_to_end(tmp_path):
     for arm in ("numel", "dynres"):
         phases = prof[arm]
         assert phases["encoder"] > 0 and phases["backward"] > 0 and phases["frontend"] > 0
-        assert phases["total"] == pytest.approx(sum(v for k, v in phases.items()
-                                                    if k not in ("total", "audio_sec_per_step", "steps")))
+        assert phases["total"] == pytest.approx(sum(v for k, v in phases.items() if k not in (
+            "total", "audio_sec_per_step", "steps", "restat_sec_per_epoch", "restat_sample_utts", "epoch_audio_sec")))
         assert phases["audio_sec_per_step"] > 0
+        assert phases["epoch_audio_sec"] > phases["audio_sec_per_step"]
+    # the re-estimate: timed for the plugin's model over the sample the steps offered, spread over an epoch;
+    # ESPnet's model has none
+    assert prof["numel"]["restat"] == 0 and prof["numel"]["restat_sample_utts"] == 0
+    dyn = prof["dynres"]
+    assert dyn["restat_sample_utts"] > 0 and dyn["restat_sec_per_epoch"] > 0
+    assert dyn["restat"] == pytest.approx(dyn["restat_sec_per_epoch"] * dyn["audio_sec_per_step"] / dyn["epoch_audio_sec"])
 
 
 @pytest.mark.slow
