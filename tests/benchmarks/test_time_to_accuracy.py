@@ -194,7 +194,8 @@ def test_two_arms_through_the_recipe_end_to_end(tmp_path):
         phases = prof[arm]
         assert phases["encoder"] > 0 and phases["backward"] > 0 and phases["frontend"] > 0
         assert phases["total"] == pytest.approx(sum(v for k, v in phases.items() if k not in (
-            "total", "audio_sec_per_step", "steps", "restat_sec_per_epoch", "restat_sample_utts", "epoch_audio_sec")))
+            "total", "audio_sec_per_step", "steps", "restat_sec_per_epoch", "restat_sample_utts", "epoch_audio_sec",
+            "frontend_calls_per_step")))
         assert phases["audio_sec_per_step"] > 0
         assert phases["epoch_audio_sec"] > phases["audio_sec_per_step"]
     # the re-estimate: timed for the plugin's model over the sample the steps offered, spread over an epoch;
@@ -203,6 +204,8 @@ def test_two_arms_through_the_recipe_end_to_end(tmp_path):
     dyn = prof["dynres"]
     assert dyn["restat_sample_utts"] > 0 and dyn["restat_sec_per_epoch"] > 0
     assert dyn["restat"] == pytest.approx(dyn["restat_sec_per_epoch"] * dyn["audio_sec_per_step"] / dyn["epoch_audio_sec"])
+    # the re-estimate encodes its sample through the frontend and the encoder: none of that is a step's phase
+    assert prof["numel"]["frontend_calls_per_step"] == 1 and dyn["frontend_calls_per_step"] == 1
 
 
 @pytest.mark.slow
