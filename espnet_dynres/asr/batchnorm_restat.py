@@ -46,6 +46,15 @@ def batchnorm_layers(module: torch.nn.Module) -> List[_BatchNorm]:
     return [m for m in module.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
 
 
+def encoder_blocks(model: torch.nn.Module) -> Optional[List[torch.nn.Module]]:
+    """The blocks of an ESPnet encoder, in order (``model.encoder.encoders``: the ``MultiSequential``
+    or ``ModuleList`` of Conformer, Transformer, E-Branchformer ... layers), or ``None``."""
+    blocks = getattr(getattr(model, "encoder", None), "encoders", None)
+    if isinstance(blocks, (torch.nn.Sequential, torch.nn.ModuleList)) and len(blocks) > 0:
+        return list(blocks)
+    return None
+
+
 class _LayerDone(Exception):
     """Raised by a hook to end a forward pass once its BatchNorm layer has been measured."""
 
@@ -285,7 +294,8 @@ class BatchNormRestat:
 
     @torch.no_grad()
     def restat(self, encode: Callable[[torch.Tensor, torch.Tensor], object], batchnorms: Sequence[_BatchNorm],
-               budget: RestatBudget, device: Optional[torch.device] = None) -> int:
+               budget: RestatBudget, device: Optional[torch.device] = None,
+               blocks: Optional[Sequence[torch.nn.Module]] = None) -> int:
         """Set each layer's running mean and variance to its input statistics over the sample.
 
         The sample is encoded in padding-free batches inside ``budget`` (:meth:`batches`), so no
@@ -304,6 +314,18 @@ class BatchNormRestat:
 
         (PyTorch's BatchNorm keeps the unbiased variance).  ``num_batches_tracked`` is unchanged.
 
+        With ``blocks`` (the encoder's blocks in order, :func:`encoder_blocks`) the same statistics
+        cost about one encoder pass instead of one pass per layer: every layer must sit in a
+        block, and each block must take exactly the previous block's output (checked on the
+        first batch: the output's tensors are the next block's arguments, no keyword
+        arguments, as ESPnet's ``MultiSequential`` and encoder loops without interCTC
+        conditioning call them).  Then the inputs of the first block that holds a layer are kept
+        for every batch (on ``device``, as large as one pass of the sample through a block),
+        each of that block's layers is measured by running the block alone on them, and the
+        block's outputs, with its layers re-estimated, become the next block's inputs.  The
+        layers see exactly the tensors of the pass-per-layer method, so the statistics are
+        identical.  Otherwise the pass-per-layer method runs.
+
         Returns:
             The number of BatchNorm layers re-estimated (0 with an empty sample or no layers).
         """
@@ -320,55 +342,133 @@ class BatchNormRestat:
             except _LayerDone:
                 pass
 
-        order = self._execution_order(run, batches[0], batchnorms)
-        for layer in order:
-            sums: Dict[str, torch.Tensor] = {}
-
-            def measure(_module, inputs):
-                x = inputs[0].detach().to(torch.float64)  # (B, C, T_frames') for BatchNorm1d: per channel C
-                dims = [d for d in range(x.dim()) if d != 1]
-                parts = dict(s=x.sum(dim=dims), ss=(x * x).sum(dim=dims),
-                             n=torch.tensor(float(x.numel() // x.shape[1]), dtype=torch.float64, device=x.device))
-                for k, v in parts.items():
-                    sums[k] = sums[k] + v if k in sums else v
-                raise _LayerDone
-
-            handle = layer.register_forward_pre_hook(measure)
-            try:
-                for speech in batches:
-                    run(speech)
-            finally:
-                handle.remove()
-            s, ss, n = sums["s"], sums["ss"], sums["n"]
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                for t in (s, ss, n):
-                    torch.distributed.all_reduce(t)
-            mean = s / n
-            var = (ss - n * mean * mean).clamp_min(0.0) / (n - 1).clamp_min(1.0)
-            layer.running_mean.copy_(mean.to(layer.running_mean.dtype))
-            layer.running_var.copy_(var.to(layer.running_var.dtype))
+        order, calls = self._trace(run, batches[0], batchnorms, blocks or [])
+        chain = self._block_chain(order, blocks, calls) if blocks else None
+        if chain is None:
+            for layer in order:  # one pass per layer, each ending at its layer
+                self._set_statistics(layer, lambda: [run(speech) for speech in batches])
+        else:
+            first, last, layers_of = chain
+            inputs = [self._block_inputs(run, speech, blocks[first]) for speech in batches]
+            for k in range(first, last + 1):
+                block = blocks[k]
+                for layer in layers_of.get(k, []):
+                    self._set_statistics(layer, lambda: [self._run_to_layer(block, args) for args in inputs])
+                if k < last:
+                    inputs = [block(*args) for args in inputs]  # the next block's arguments
         logging.info(
             "BatchNorm statistics of %d layers re-estimated at the standard frame rate over %d training "
-            "utterances (%d input values, cost %d of %d, %d batches within %s) in %.1f s",
+            "utterances (%d input values, cost %d of %d, %d batches within %s; %s) in %.1f s",
             len(order), len(self), sum(int(b.numel()) for b in batches), self._total,
             budget.sample_capacity(self.num_batches), len(batches), budget,
-            time.perf_counter() - start,
+            "block by block" if chain is not None else "one pass per layer", time.perf_counter() - start,
         )
         return len(order)
 
     @staticmethod
-    def _execution_order(run: Callable[[torch.Tensor], None], speech: torch.Tensor,
-                         batchnorms: Sequence[_BatchNorm]) -> List[_BatchNorm]:
-        """The layers in the order a forward pass of ``speech`` reaches them."""
+    def _set_statistics(layer: _BatchNorm, passes: Callable[[], object]) -> None:
+        """Run ``passes`` (forwards that reach ``layer``, each ended there) and set the layer's
+        running mean and variance to its inputs' frame-weighted statistics (:meth:`restat`)."""
+        sums: Dict[str, torch.Tensor] = {}
+
+        def measure(_module, inputs):
+            x = inputs[0].detach().to(torch.float64)  # (B, C, T_frames') for BatchNorm1d: per channel C
+            dims = [d for d in range(x.dim()) if d != 1]
+            parts = dict(s=x.sum(dim=dims), ss=(x * x).sum(dim=dims),
+                         n=torch.tensor(float(x.numel() // x.shape[1]), dtype=torch.float64, device=x.device))
+            for k, v in parts.items():
+                sums[k] = sums[k] + v if k in sums else v
+            raise _LayerDone
+
+        handle = layer.register_forward_pre_hook(measure)
+        try:
+            passes()
+        finally:
+            handle.remove()
+        s, ss, n = sums["s"], sums["ss"], sums["n"]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            for t in (s, ss, n):
+                torch.distributed.all_reduce(t)
+        mean = s / n
+        var = (ss - n * mean * mean).clamp_min(0.0) / (n - 1).clamp_min(1.0)
+        layer.running_mean.copy_(mean.to(layer.running_mean.dtype))
+        layer.running_var.copy_(var.to(layer.running_var.dtype))
+
+    @staticmethod
+    def _run_to_layer(block: torch.nn.Module, args: tuple) -> None:
+        try:
+            block(*args)
+        except _LayerDone:
+            pass
+
+    @staticmethod
+    def _block_inputs(run: Callable[[torch.Tensor], None], speech: torch.Tensor, block: torch.nn.Module) -> tuple:
+        """The positional arguments ``block`` receives when ``speech`` is encoded (the pass ends there)."""
+        kept: List[tuple] = []
+
+        def keep(_module, args):
+            kept.append(args)
+            raise _LayerDone
+
+        handle = block.register_forward_pre_hook(keep)
+        try:
+            run(speech)
+        finally:
+            handle.remove()
+        return kept[0]
+
+    @staticmethod
+    def _block_chain(order: Sequence[_BatchNorm], blocks: Sequence[torch.nn.Module],
+                     calls: Sequence[list]) -> Optional[tuple]:
+        """``(first, last, {block index: its layers in order})`` when every layer of ``order`` sits in
+        one of ``blocks`` and, in the traced pass (``calls``: ``[block index, args, kwargs, output]``
+        per block call, :meth:`_trace`), each block from the first to the last of them ran once and
+        took exactly the previous one's output as its only arguments; else ``None``."""
+        layers_of: Dict[int, List[_BatchNorm]] = {}
+        for layer in order:
+            owner = [k for k, block in enumerate(blocks) if any(m is layer for m in block.modules())]
+            if len(owner) != 1:
+                return None
+            layers_of.setdefault(owner[0], []).append(layer)
+        first, last = min(layers_of), max(layers_of)
+        calls = [c for c in calls if first <= c[0] <= last]
+        if [c[0] for c in calls] != list(range(first, last + 1)) or any(c[2] for c in calls):
+            return None
+        for (_, _, _, out), (_, args, _, _) in zip(calls, calls[1:]):
+            if not isinstance(out, tuple) or len(out) != len(args) or any(o is not a for o, a in zip(out, args)):
+                return None
+        return first, last, layers_of
+
+    @staticmethod
+    def _trace(run: Callable[[torch.Tensor], None], speech: torch.Tensor, batchnorms: Sequence[_BatchNorm],
+               blocks: Sequence[torch.nn.Module]) -> tuple:
+        """One pass of ``speech``: the layers in the order it reaches them (a layer the encoder
+        never reaches keeps its statistics), and each call of ``blocks`` as ``[block index, args,
+        kwargs, output]``."""
         seen: List[_BatchNorm] = []
+        calls: List[list] = []
         handles = [bn.register_forward_pre_hook(lambda m, _i: seen.append(m) if m not in seen else None)
                    for bn in batchnorms]
+        for k, block in enumerate(blocks):
+            def pre(_module, args, kwargs, k=k):
+                calls.append([k, args, kwargs, None])
+
+            def post(_module, _args, output, k=k):
+                calls[-1][3] = output
+
+            handles += [block.register_forward_pre_hook(pre, with_kwargs=True), block.register_forward_hook(post)]
         try:
             run(speech)
         finally:
             for h in handles:
                 h.remove()
-        return seen  # a layer the encoder never reaches keeps its statistics
+        return seen, calls
+
+    @staticmethod
+    def _execution_order(run: Callable[[torch.Tensor], None], speech: torch.Tensor,
+                         batchnorms: Sequence[_BatchNorm]) -> List[_BatchNorm]:
+        """The layers in the order a forward pass of ``speech`` reaches them."""
+        return BatchNormRestat._trace(run, speech, batchnorms, [])[0]
 
 
 def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir, num_batches: int,
@@ -434,5 +534,6 @@ def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir,
             raise ValueError(f"{scp}: cannot read utterance {utt} from {path} ({exc}); fix the path or the file") from exc
         sample.add(data[None], torch.tensor([data.shape[0]]), budget)
     model.eval()
-    return sample.restat(model.encode, batchnorm_layers(model), RestatBudget(max_batch_size=1))
+    return sample.restat(model.encode, batchnorm_layers(model), RestatBudget(max_batch_size=1),
+                         blocks=encoder_blocks(model))
 

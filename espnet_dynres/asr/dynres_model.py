@@ -10,7 +10,7 @@ from typeguard import typechecked
 
 from espnet2.asr.espnet_model import ESPnetASRModel
 
-from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, RestatBudget, batchnorm_layers
+from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, RestatBudget, batchnorm_layers, encoder_blocks
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 
@@ -117,7 +117,8 @@ class DynResASRModel(ESPnetASRModel):
         restat = getattr(self, "_batchnorm_restat", None)  # None while ESPnet's __init__ runs
         if leaving_training and restat is not None and len(restat):
             device = next(self.parameters()).device
-            restat.restat(self.encode, batchnorm_layers(self), self.batchnorm_restat_budget, device=device)
+            restat.restat(self.encode, batchnorm_layers(self), self.batchnorm_restat_budget, device=device,
+                          blocks=encoder_blocks(self))
             restat.clear()
         return self
 

@@ -320,3 +320,96 @@ def test_under_ddp_the_statistics_are_those_of_every_ranks_sample(batch, tmp_pat
         torch.testing.assert_close(mean, bn.running_mean, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(var, bn.running_var, rtol=1e-4, atol=1e-5)
         assert float((mean.double() - mean0).abs().max()) > 1e-3  # rank 0's own half alone differs
+
+
+def _restat_both_ways(model, batch, blocks_of):
+    """After one training step, re-estimate ``model`` from the same sample with ``blocks_of(model)``
+    and, from the same starting statistics, with one pass per layer (``blocks=None``); returns the
+    two lists of ``(running_mean, running_var)`` per BatchNorm layer."""
+    import copy
+
+    from espnet_dynres.asr.batchnorm_restat import batchnorm_layers
+
+    train_step(model, batch)
+    restat = model._batchnorm_restat
+    assert len(restat) > 0
+    torch.nn.Module.train(model, False)  # eval mode without the automatic re-estimate
+    layers = batchnorm_layers(model)
+    start = [(bn.running_mean.clone(), bn.running_var.clone()) for bn in layers]
+    results = []
+    for blocks in (blocks_of(model), None):
+        for bn, (mean, var) in zip(layers, start):
+            bn.running_mean.copy_(mean)
+            bn.running_var.copy_(var)
+        sample = copy.deepcopy(restat)
+        assert sample.restat(model.encode, layers, model.batchnorm_restat_budget, blocks=blocks) == len(layers)
+        results.append([(bn.running_mean.clone(), bn.running_var.clone()) for bn in layers])
+    return start, results
+
+
+@pytest.mark.parametrize("encoder_conf", [
+    dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=3, input_layer="conv2d"),
+    dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=3, input_layer="conv2d",
+         pos_enc_layer_type="rel_pos", selfattention_layer_type="rel_selfattn", rel_pos_type="latest"),
+])
+def test_block_by_block_gives_exactly_the_statistics_of_one_pass_per_layer(batch, encoder_conf):
+    """The cheaper method (each block run alone on the previous block's kept outputs) must give the
+    same statistics, bit for bit, as encoding the sample up to each layer (so runs do not move)."""
+    from espnet_dynres.asr.batchnorm_restat import encoder_blocks
+
+    model = build_tiny_model(model="dynres", specaug="dynres", specaug_conf=SPECAUG_CONF, encoder_conf=encoder_conf)
+    start, (blockwise, per_layer) = _restat_both_ways(model, batch, encoder_blocks)
+    assert len(blockwise) == 3
+    for (ma, va), (mb, vb) in zip(blockwise, per_layer):
+        assert torch.equal(ma, mb) and torch.equal(va, vb)
+    assert not torch.equal(start[-1][0], blockwise[-1][0])  # it did re-estimate
+
+
+def test_block_by_block_runs_each_block_through_once_per_batch(batch):
+    """Counting the encoder blocks that run to their end: one pass per layer runs the blocks
+    before layer l again for every l (0 + 1 + 2 + 3 = 6 per batch with 4 blocks); block by block
+    runs each block through once, the last not at all (3), plus the one traced pass (4)."""
+    import copy
+
+    from espnet_dynres.asr.batchnorm_restat import batchnorm_layers, encoder_blocks
+
+    model = build_tiny_model(model="dynres", specaug="dynres", specaug_conf=SPECAUG_CONF,
+                             encoder_conf=dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=4,
+                                               input_layer="conv2d"))
+    train_step(model, batch)
+    torch.nn.Module.train(model, False)
+    blocks = encoder_blocks(model)
+    completed = [0]
+    handles = [b.register_forward_hook(lambda m, a, o: completed.__setitem__(0, completed[0] + 1)) for b in blocks]
+    counts = {}
+    for name, given in (("blockwise", blocks), ("per_layer", None)):
+        completed[0] = 0
+        copy.deepcopy(model._batchnorm_restat).restat(model.encode, batchnorm_layers(model),
+                                                      model.batchnorm_restat_budget, blocks=given)
+        counts[name] = completed[0]
+    for h in handles:
+        h.remove()
+    n = len(model._batchnorm_restat.batches(model.batchnorm_restat_budget))
+    assert counts == {"per_layer": 4 + 6 * n, "blockwise": 4 + 3 * n}
+
+
+def test_a_chain_broken_by_interctc_conditioning_falls_back_to_one_pass_per_layer(batch):
+    """With interCTC self-conditioning a block's input is not the previous block's output:
+    the block-by-block method must not be used, and the statistics stay exact."""
+    from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, batchnorm_layers, encoder_blocks
+
+    conf = dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=3, input_layer="conv2d",
+                interctc_layer_idx=[1], interctc_use_conditioning=True)
+    model = build_tiny_model(model="dynres", specaug="dynres", specaug_conf=SPECAUG_CONF, encoder_conf=conf,
+                             model_conf=dict(ctc_weight=0.3, interctc_weight=0.3))
+    train_step(model, batch)
+    torch.nn.Module.train(model, False)
+    sample = model._batchnorm_restat
+    run = lambda s: BatchNormRestat._run_to_layer(lambda x: model.encode(x, torch.full((x.shape[0],), x.shape[1])), (s,))
+    order, calls = sample._trace(run, sample.batches(model.batchnorm_restat_budget)[0], batchnorm_layers(model),
+                                 encoder_blocks(model))
+    assert len(order) == 3 and [c[0] for c in calls] == [0, 1, 2]
+    assert sample._block_chain(order, encoder_blocks(model), calls) is None
+    _, (blockwise, per_layer) = _restat_both_ways(model, batch, encoder_blocks)
+    for (ma, va), (mb, vb) in zip(blockwise, per_layer):
+        assert torch.equal(ma, mb) and torch.equal(va, vb)
