@@ -7,6 +7,8 @@ the weights):
 * ``restat``: the re-estimate as ``model.eval()`` runs it after an epoch, over
   the sample a training epoch keeps of ``--train_dir`` (``batchnorm_restat_batches`` validation budgets),
   in batches inside the run's evaluation budget (``valid_batch_bins``, else ``batch_bins``);
+* ``restat_per_layer``: the same statistics computed with one pass of the sample per BatchNorm
+  layer (``blocks=None``), the method before the block-by-block pass, for comparison;
 * ``valid``: one validation pass over ``--valid_dir``: the dynres validation grouping of the same
   budget (every utterance at the standard rate, padded to the longest of its batch), each batch
   through the model's forward (encoder, CTC, decoder) in eval mode without gradients.
@@ -105,13 +107,14 @@ def build_model(config: Path, tokens: List[str]):
 
 
 def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[str, float]:
+    from espnet_dynres.asr.batchnorm_restat import batchnorm_layers
     from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
     torch.set_num_threads(1)
     tokens = ["<blank>", "<unk>", *DIGITS, "<sos/eos>"]
     model, args = build_model(config, tokens)
     index = {t: i for i, t in enumerate(tokens)}
-    if what == "restat":
+    if what in ("restat", "restat_per_layer"):
         utts = read_dir(train_dir)
         random.Random(0).shuffle(utts)
         sample = model._batchnorm_restat
@@ -123,7 +126,11 @@ def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[s
                      for b in sample.batches(model.batchnorm_restat_budget))
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         start = time.perf_counter()
-        model.eval()  # the re-estimate
+        if what == "restat":
+            model.eval()  # the re-estimate, as the trainer triggers it (block by block where blocks chain)
+        else:  # the same statistics, one pass of the sample per layer (the method before block by block)
+            torch.nn.Module.train(model, False)
+            sample.restat(model.encode, batchnorm_layers(model), model.batchnorm_restat_budget, blocks=None)
         seconds = time.perf_counter() - start
     else:
         utts = read_dir(valid_dir)
@@ -165,7 +172,7 @@ def main(argv=None) -> int:
     parser.add_argument("--fsdd_dir", type=Path, default=DEFAULT_FSDD_DIR,
                         help="the FSDD recordings --long_form_dir joins (*.wav, 8 kHz)")
     parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--measure", choices=["restat", "valid"], help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--measure", choices=["restat", "restat_per_layer", "valid"], help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args(argv)
     if args.long_form_dir is not None:
         if not (args.long_form_dir / "wav.scp").exists():
@@ -178,13 +185,13 @@ def main(argv=None) -> int:
         print(json.dumps(measure(args.measure, args.config, args.train_dir, args.valid_dir)))
         return 0
     results = {}
-    for what in ("restat", "valid"):
+    for what in ("restat", "restat_per_layer", "valid"):
         cmd = [sys.executable, __file__, "--config", str(args.config), "--train_dir", str(args.train_dir),
                "--valid_dir", str(args.valid_dir), "--measure", what]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         results[what] = json.loads(out.strip().splitlines()[-1])
         r = results[what]
-        print(f"{what:7s} {r['seconds']:7.1f} s  peak +{r['peak_above_loaded_mib']:7.0f} MiB  "
+        print(f"{what:16s} {r['seconds']:7.1f} s  peak +{r['peak_above_loaded_mib']:7.0f} MiB  "
               f"{r['utterances']} utterances, {r['input_frames']} encoder input frames (padded)", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

@@ -13,7 +13,9 @@ def test_both_passes_are_measured_and_the_restat_keeps_the_budget(tmp_path):
     data = write_data_dir(tmp_path / "data", count=6, start=900, concat=3)
     restat = rc.measure("restat", CI_CONFIG, data, data)
     valid = rc.measure("valid", CI_CONFIG, data, data)
-    assert restat["utterances"] == valid["utterances"] == 6
+    per_layer = rc.measure("restat_per_layer", CI_CONFIG, data, data)
+    assert restat["utterances"] == valid["utterances"] == per_layer["utterances"] == 6
+    assert per_layer["input_frames"] == restat["input_frames"] and per_layer["seconds"] > 0
     assert restat["seconds"] > 0 and valid["seconds"] > 0
     # The sample cut to its batches' shortest members never has more frames than validation's padded batches.
     assert 0 < restat["input_frames"] <= valid["input_frames"]
