@@ -344,6 +344,7 @@ class BatchNormRestat:
 
         order, calls = self._trace(run, batches[0], batchnorms, blocks or [])
         chain = self._block_chain(order, blocks, calls) if blocks else None
+        del calls  # the traced batch's block inputs and outputs
         if chain is None:
             for layer in order:  # one pass per layer, each ending at its layer
                 self._set_statistics(layer, lambda: [run(speech) for speech in batches])
@@ -463,12 +464,6 @@ class BatchNormRestat:
             for h in handles:
                 h.remove()
         return seen, calls
-
-    @staticmethod
-    def _execution_order(run: Callable[[torch.Tensor], None], speech: torch.Tensor,
-                         batchnorms: Sequence[_BatchNorm]) -> List[_BatchNorm]:
-        """The layers in the order a forward pass of ``speech`` reaches them."""
-        return BatchNormRestat._trace(run, speech, batchnorms, [])[0]
 
 
 def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir, num_batches: int,
