@@ -12,6 +12,9 @@ validation utterances one at a time and reports, for every model alike:
 * ``acc_token``: attention accuracy over all decoder targets (``<eos>`` included), i.e.
   correct targets / targets (token-weighted);
 * ``acc_utt``: the mean of the utterances' attention accuracies (utterance-weighted);
+* ``acc_by_position``: ``acc_token`` per decoder target position (1-based, ``<eos>`` included, bins
+  of ``POSITION_BINS``), with the number of targets in each: whether the decoder finds the
+  later tokens of long utterances as well as the first ones;
 * ``ter_ctc_token``: CTC greedy-search token error rate (edit distance over reference
   tokens; with ``token_type: word`` this is the CTC WER), over all reference tokens;
 * ``ter_ctc_utt``: the mean of the utterances' CTC token error rates;
@@ -65,6 +68,26 @@ from espnet2.tasks.asr import ASRTask
 from espnet_dynres.asr.batchnorm_restat import restat_from_data_dir
 
 
+# Decoder target positions (1-based; the last target of an utterance is ``<eos>``) grouped for
+# ``acc_by_position``: (first, last) inclusive, ``None`` = no upper end.
+POSITION_BINS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 10), (11, 20), (21, None))
+
+
+POSITION_LABELS = tuple(f"{a}+" if b is None else (str(a) if a == b else f"{a}-{b}") for a, b in POSITION_BINS)
+
+
+def position_bin(position: int) -> str:
+    """The ``POSITION_BINS`` label (``"4-5"``, ``"21+"``) of a 1-based decoder target position.
+
+    Raises:
+        ValueError: ``position`` < 1.
+    """
+    for (first, last), label in zip(POSITION_BINS, POSITION_LABELS):
+        if position >= first and (last is None or position <= last):
+            return label
+    raise ValueError(f"target position {position} < 1")
+
+
 def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: Path = None):
     """ESPnet's streaming iterator over ``data_dir/{wav.scp,text}`` with the model's own preprocessing
     and padding collate (speech at the standard rate, in file order); ``key_file`` limits it to those ids."""
@@ -108,6 +131,7 @@ def evaluate(model_file: Path, valid_dir: Path, config: Path = None, restat_trai
     errors = ref_tokens = 0.0
     att_loss_sum = eos_predictions = 0.0
     acc_utts, ter_utts = [], []
+    by_position: Dict[str, list] = {}  # bin -> [correct, targets]
     for _keys, batch in iterator:
         batch = {k: v for k, v in batch.items() if not k.endswith("utt_id")}
         d = float(batch["text_lengths"].sum()) + 1.0  # decoder targets incl. <eos>
@@ -124,6 +148,10 @@ def evaluate(model_file: Path, valid_dir: Path, config: Path = None, restat_trai
         att_loss = float(model.criterion_att(dec_out, ys_out))  # sum over targets / B (B = 1), or their mean
         att_loss_sum += att_loss * d if model.criterion_att.normalize_length else att_loss
         eos_predictions += float((dec_out.argmax(-1) == model.eos).sum())
+        for position, ok in enumerate((dec_out.argmax(-1) == ys_out)[0].tolist(), start=1):
+            cell = by_position.setdefault(position_bin(position), [0, 0])
+            cell[0] += int(ok)
+            cell[1] += 1
         if model.ctc is not None and model.ctc_weight > 0:
             best = model.ctc.argmax(enc)[0, : int(enc_lens[0])]  # (T_enc,) greedy path
             hyp = [int(t) for t in torch.unique_consecutive(best) if int(t) != model.blank_id]
@@ -135,7 +163,10 @@ def evaluate(model_file: Path, valid_dir: Path, config: Path = None, restat_trai
             ref_tokens += len(ref)
             ter_utts.append(n_err / max(len(ref), 1))
     out = {"utterances": len(acc_utts), "acc_token": correct / targets, "acc_utt": sum(acc_utts) / len(acc_utts),
-           "att_loss_target": att_loss_sum / targets, "eos_prediction_share": eos_predictions / targets}
+           "att_loss_target": att_loss_sum / targets, "eos_prediction_share": eos_predictions / targets,
+           "acc_by_position": {label: {"acc": by_position[label][0] / by_position[label][1],
+                                       "targets": by_position[label][1]}
+                               for label in POSITION_LABELS if label in by_position}}
     if ter_utts:
         out |= {"ter_ctc_token": errors / ref_tokens, "ter_ctc_utt": sum(ter_utts) / len(ter_utts)}
     return out
@@ -177,6 +208,8 @@ def main(argv=None) -> int:
               f"ter_ctc_token={r.get('ter_ctc_token', float('nan')):.3f} ter_ctc_utt={r.get('ter_ctc_utt', float('nan')):.3f} "
               f"att_loss_target={r['att_loss_target']:.3f} eos_prediction_share={r['eos_prediction_share']:.3f}",
               flush=True)
+        print(f"{'':24s} acc by target position: " + ", ".join(
+            f"{label} {cell['acc']:.3f} ({cell['targets']})" for label, cell in r["acc_by_position"].items()), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -117,3 +117,23 @@ def test_restat_names_a_malformed_wav_scp_line(setup, tmp_path):
     model, train_args = ASRTask.build_model_from_file(models["espnet"][0], models["espnet"][1], "cpu")
     with pytest.raises(ValueError, match="utt_without_path.*fix or remove that line"):
         vm.restat_batchnorm(model, train_args, bad, 4)
+
+
+def test_accuracy_by_position_adds_up_to_the_token_accuracy(setup):
+    vm = load()
+    data, models = setup
+    r = vm.evaluate(models["token_normalized"][1], data, models["token_normalized"][0])
+    cells = r["acc_by_position"]
+    assert list(cells)[0] == "1"  # ordered by position
+    correct = sum(c["acc"] * c["targets"] for c in cells.values())
+    targets = sum(c["targets"] for c in cells.values())
+    assert cells["1"]["targets"] == r["utterances"]  # every utterance has a first target (<eos> at least)
+    assert correct / targets == pytest.approx(r["acc_token"], abs=1e-9)
+
+
+def test_position_bins_cover_every_position_once():
+    vm = load()
+    assert [vm.position_bin(p) for p in (1, 2, 3, 4, 5, 6, 10, 11, 20, 21, 500)] == [
+        "1", "2", "3", "4-5", "4-5", "6-10", "6-10", "11-20", "11-20", "21+", "21+"]
+    with pytest.raises(ValueError):
+        vm.position_bin(0)
