@@ -13,6 +13,16 @@
 #   bash benchmarks/run_gpu_benchmark.sh --mode time_to_accuracy
 #   bash benchmarks/run_gpu_benchmark.sh --mode time_to_accuracy --device cpu --dry_run   # tiny, on CPU
 #
+# --mode longtail_finetune: the long-tailed loss study (docs/experiments/loss_normalization_longtail.md)
+# on the GPU: the long-tailed corpus (stages 1-10), then per seed (SEEDS, default "0 1") the six arms of
+# conf/longtail/ fine-tuned from the recipe's stock model of that seed, all seeds' arms at once on the
+# one GPU (time_to_accuracy.py per arm and seed: training, valid figures, decoding), loss_stability.py per seed
+# and the merged report.  The stock models (conf/train_asr_conformer_numel_cpu.yaml, 5 epochs on the
+# digits corpus) are trained first, or taken from STOCK_DIR (A_s<SEED>.pth and the digits corpus's
+# tokens.txt: the valid.acc.ave.pth and token list of a CPU run, so both machines start alike).
+#   STOCK_DIR=stock bash benchmarks/run_gpu_benchmark.sh --mode longtail_finetune
+#   bash benchmarks/run_gpu_benchmark.sh --mode longtail_finetune --device cpu --dry_run   # tiny, on CPU
+#
 # Results: gpu_benchmark.{json,md} and gpu_benchmark.log in $OUT when set, else in
 # gpu_benchmark/results of the system temp dir ($TMPDIR, else /tmp).
 #
@@ -31,9 +41,10 @@ die() { echo "run_gpu_benchmark: $*" >&2; exit 1; }
 
 mode=gpu_benchmark
 if [ "${1:-}" = "--mode" ]; then
-    mode=${2:?--mode needs gpu_benchmark or time_to_accuracy}; shift 2
+    mode=${2:?--mode needs gpu_benchmark, time_to_accuracy or longtail_finetune}; shift 2
 fi
-case "${mode}" in gpu_benchmark|time_to_accuracy) ;; *) die "unknown --mode ${mode} (gpu_benchmark or time_to_accuracy)" ;; esac
+case "${mode}" in gpu_benchmark|time_to_accuracy|longtail_finetune) ;;
+    *) die "unknown --mode ${mode} (gpu_benchmark, time_to_accuracy or longtail_finetune)" ;; esac
 device=cuda
 dry_run=false
 for ((i = 1; i <= $#; i++)); do
@@ -108,6 +119,91 @@ if [ "${mode}" = time_to_accuracy ]; then
         2>&1 | tee "${out}/time_to_accuracy_prep.log"
     "${py}" benchmarks/time_to_accuracy.py --recipe_dir "${recipe}" --datadir "${work}/data" --dumpdir "${work}/dump" \
         --expdir "${work}/exp" --out_dir "${out}" "${arms[@]}" "${tta_opts[@]}" 2>&1 | tee "${out}/time_to_accuracy.log"
+    exit 0
+fi
+if [ "${mode}" = longtail_finetune ]; then
+    work=${TMPDIR:-/tmp}/longtail_finetune_work
+    rm -rf "${work}" && mkdir -p "${work}"
+    recipe=${repo}/egs2/fsdd_digits/asr1
+    read -r -a seeds <<< "${SEEDS:-0 1}"
+    arms=(numel_espnet=conf/longtail/train_asr_conformer_numel_espnet_cpu.yaml
+          numel_tokennorm=conf/longtail/train_asr_conformer_numel_token_normalized_cpu.yaml
+          dynres_espnet=conf/longtail/train_asr_conformer_dynres_espnet_cpu.yaml
+          dynres_tokennorm=conf/longtail/train_asr_conformer_dynres_token_normalized_cpu.yaml
+          numel_espnet_clip100=conf/longtail/train_asr_conformer_numel_espnet_clip100_cpu.yaml
+          numel_tokennorm_clip1p5=conf/longtail/train_asr_conformer_numel_token_normalized_clip1p5_cpu.yaml)
+    if ${dry_run}; then  # the code paths on any machine: a handful of utterances, 1 epoch, seed 0
+        read -r -a seeds <<< "${SEEDS:-0}"
+        digits_sizes=(--num_train 24 --num_dev 6 --num_test 4); lt_sizes=(--num_train 8 --num_dev 3 --num_test 3)
+        ngpu=0; epochs=1; threads=1
+    else
+        digits_sizes=(--num_train 3000); lt_sizes=(--num_train 320)
+        ngpu=1; epochs=5; threads=1
+    fi
+    arm_args=(); for a in "${arms[@]}"; do arm_args+=(--arm "${a}"); done
+    tta() { "${py}" benchmarks/time_to_accuracy.py --recipe_dir "${recipe}" --ngpu "${ngpu}" --threads "${threads}" \
+                --max_epoch "${epochs}" "$@"; }
+    stamp() { echo "run_gpu_benchmark: $(date +%T) $*"; }
+    # Stock models: given, or the recipe's numel model of each seed trained here on the digits corpus.
+    stock=${STOCK_DIR:-}
+    if [ -z "${stock}" ]; then
+        stock=${work}/stock; mkdir -p "${stock}"
+        stamp "training the stock models (seeds ${seeds[*]})"
+        (cd "${recipe}" && bash run.sh --stage 1 --stop_stage 10 --nj 8 --python "${py}" --fsdd_dir "${fsdd}" \
+            "${digits_sizes[@]}" --datadir "${work}/data" --dumpdir "${work}/dump" --expdir "${work}/exp") \
+            > "${out}/stock_prep.log" 2>&1 || die "digits corpus preparation failed: ${out}/stock_prep.log"
+        tta --datadir "${work}/data" --dumpdir "${work}/dump" --expdir "${work}/exp" --out_dir "${out}/stock" \
+            --arm A=conf/train_asr_conformer_numel_cpu.yaml --seeds "${seeds[@]}" --parallel "${#seeds[@]}" \
+            --num_train "${digits_sizes[1]}" --skip_decode > "${out}/stock.log" 2>&1 || die "stock training failed: ${out}/stock.log"
+        for s in "${seeds[@]}"; do cp "${work}/exp/asr_tta_A_s${s}/valid.acc.ave.pth" "${stock}/A_s${s}.pth"; done
+        cp "${work}/data/token_list/word/tokens.txt" "${stock}/tokens.txt"
+    fi
+    stock=$(cd "${stock}" && pwd)
+    for s in "${seeds[@]}"; do
+        [ -f "${stock}/A_s${s}.pth" ] || die "no stock model ${stock}/A_s${s}.pth for seed ${s}"
+    done
+    [ -f "${stock}/tokens.txt" ] || die "no ${stock}/tokens.txt (the digits corpus's token list)"
+    stamp "long-tailed corpus (stages 1-10)"
+    (cd "${recipe}" && bash run.sh --corpus longtail --stage 1 --stop_stage 10 --nj 8 --python "${py}" \
+        --fsdd_dir "${fsdd}" "${lt_sizes[@]}" --datadir "${work}/data_longtail" --dumpdir "${work}/dump_longtail" \
+        --expdir "${work}/exp_longtail") > "${out}/longtail_prep.log" 2>&1 \
+        || die "long-tailed corpus preparation failed: ${out}/longtail_prep.log"
+    # One time_to_accuracy.py per arm and seed, all at once: each trains, decodes and evaluates its own
+    # checkpoints, so none waits for another's report; --merge joins them afterwards.
+    stamp "fine-tuning ${#arms[@]} arms x ${#seeds[@]} seeds at once"
+    pids=(); tags=()
+    for s in "${seeds[@]}"; do
+        for a in "${arms[@]}"; do
+            tag=ft_s${s}_${a%%=*}
+            tta --datadir "${work}/data_longtail" --dumpdir "${work}/dump_longtail" --expdir "${work}/exp_longtail" \
+                --out_dir "${out}/${tag}" --tag_prefix ft_ --arm "${a}" --seeds "${s}" --parallel 1 \
+                --num_train "${lt_sizes[1]}" --decode_recipe_args "--corpus longtail" \
+                --asr_args "--init_param ${stock}/A_s${s}.pth --token_list ${stock}/tokens.txt" \
+                > "${out}/${tag}.log" 2>&1 &
+            pids+=($!); tags+=("${tag}")
+        done
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || die "${tags[$i]} failed: ${out}/${tags[$i]}.log"
+    done
+    stamp "loss_stability.py and the merged report"
+    for s in "${seeds[@]}"; do
+        ls_args=()
+        for a in "${arms[@]}"; do
+            name=${a%%=*}; d=${work}/exp_longtail/asr_ft_${name}_s${s}
+            case "${name}" in *tokennorm*) ls_args+=(--arm "${name}=${d}") ;; *) ls_args+=(--arm "${name}=${d}:plan") ;; esac
+        done
+        (cd "${recipe}" && "${py}" "${repo}/benchmarks/loss_stability.py" --out_dir "${out}/loss_stability_s${s}" \
+            --warmup_steps 100 --utt2dur "${work}/data_longtail/test/utt2dur" "${ls_args[@]}") \
+            > "${out}/loss_stability_s${s}.log" 2>&1 || die "loss_stability.py failed: ${out}/loss_stability_s${s}.log"
+    done
+    merge=(); for t in "${tags[@]}"; do merge+=("${out}/${t}/time_to_accuracy.json"); done
+    "${py}" benchmarks/time_to_accuracy.py --merge "${merge[@]}" --target_arm numel_espnet \
+        --out_dir "${out}/ft_merged" > "${out}/ft_merged.log" 2>&1 || die "merge failed: ${out}/ft_merged.log"
+    # Each arm's config, train.log and test scores, for the record.
+    tar -C "${work}" -czf "${out}/longtail_finetune_exp.tgz" --exclude '*.pth' --exclude 'tensorboard' \
+        --exclude 'att_ws' --exclude '*.ark' exp_longtail
+    stamp "done: ${out}"
     exit 0
 fi
 "${py}" benchmarks/gpu_benchmark.py --fsdd_dir "${fsdd}" --out_dir "${out}" "$@" 2>&1 | tee "${out}/gpu_benchmark.log"

@@ -343,13 +343,19 @@ def encoder_frames_per_epoch(args, config: Path, epoch: int = 1, seed: Optional[
     return {"batches": summary["num_batches"], "frames": summary["total_frames"] + summary.get("padded_frames", 0)}
 
 
+def eval_device(args) -> str:
+    """Where checkpoints are evaluated: ``"cuda"`` when the arms train on GPUs (``--ngpu`` > 0), else ``"cpu"``."""
+    return "cuda" if getattr(args, "ngpu", 0) > 0 else "cpu"
+
+
 def evaluate_cached(vm, ckpt: Path, valid_dir: Path, config: Path, restat_train_dir: Optional[Path] = None,
-                    name: str = "") -> dict:
+                    name: str = "", device: str = "cpu") -> dict:
     """``valid_metrics.evaluate`` of one checkpoint, stored in ``<ckpt stem>.valid_metrics[.<name>].json``
     and reused only while the checkpoint (size, mtime), the valid directory, the config, the
     re-estimate's training directory and the source of ``valid_metrics.py`` are the ones it was
     computed from.  With ``restat_train_dir``, the checkpoint's BatchNorm statistics are first
-    re-estimated as the run does before each validation (``model_conf.batchnorm_restat_batches``)."""
+    re-estimated as the run does before each validation (``model_conf.batchnorm_restat_batches``).
+    ``device``: where the checkpoint is evaluated (``"cuda"`` under ``--ngpu`` > 0)."""
     stat = ckpt.stat()
     stamp = {"checkpoint_bytes": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
              "valid_dir": str(Path(valid_dir).resolve()),
@@ -368,8 +374,7 @@ def evaluate_cached(vm, ckpt: Path, valid_dir: Path, config: Path, restat_train_
             stored = {}
         if stored.get("stamp") == stamp:
             return stored["metrics"]
-    metrics = (vm.evaluate(ckpt, valid_dir, config) if restat_train_dir is None
-               else vm.evaluate(ckpt, valid_dir, config, restat_train_dir, restat_batches))
+    metrics = vm.evaluate(ckpt, valid_dir, config, restat_train_dir, restat_batches, device)
     cache.write_text(json.dumps({"stamp": stamp, "metrics": metrics}, indent=1) + "\n", encoding="utf-8")
     return metrics
 
@@ -411,7 +416,8 @@ def report(args, arms: Dict[str, Path]) -> dict:
             rows = []
             for i, epoch in enumerate(run.epochs):
                 ckpt = exp_dir / "epochs" / f"{epoch}epoch.pth"
-                valid = evaluate_cached(vm, ckpt, args.valid_dir, exp_dir / "config.yaml") if ckpt.exists() else {}
+                valid = (evaluate_cached(vm, ckpt, args.valid_dir, exp_dir / "config.yaml", device=eval_device(args))
+                         if ckpt.exists() else {})
                 rows.append({"epoch": epoch, "wall_sec": run.wall_seconds[i], "train_sec": run.cumulative_seconds[i],
                              "steps": run.steps[i], "encoder_input_frames": sum(per_epoch[:epoch]), **valid})
                 print(f"[{tag}] epoch {epoch}: {rows[-1]}", flush=True)
@@ -478,8 +484,8 @@ def eval_rate_variant_entry(args, vm, name: str, base_entry: dict, base_tag: str
     for row in base_entry["epochs"]:
         ckpt = epochs_dir / f"{row['epoch']}epoch.pth"
         keep = {k: row[k] for k in ("epoch", "wall_sec", "train_sec", "steps", "encoder_input_frames") if k in row}
-        valid = (evaluate_cached(vm, ckpt, args.valid_dir, config, args.dumpdir / "raw" / "train", name)
-                 if ckpt.exists() else {})
+        valid = (evaluate_cached(vm, ckpt, args.valid_dir, config, args.dumpdir / "raw" / "train", name,
+                                 eval_device(args)) if ckpt.exists() else {})
         rows.append({**keep, **valid})
         print(f"[{tag}] epoch {row['epoch']}: {rows[-1]}", flush=True)
     return {"epochs": rows, "test": parse_wer(score_dir(args, tag)), "test_sets": parse_test_sets(args, tag),

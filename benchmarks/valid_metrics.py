@@ -115,14 +115,15 @@ def restat_batchnorm(model, train_args, train_dir: Path, num_batches: int, seed:
 
 @torch.no_grad()
 def evaluate(model_file: Path, valid_dir: Path, config: Path = None, restat_train_dir: Path = None,
-             restat_batches: int = 6) -> Dict[str, float]:
+             restat_batches: int = 6, device: str = "cpu") -> Dict[str, float]:
     """Token- and utterance-weighted valid figures of one checkpoint (eval mode, batch size 1), after
     re-estimating its BatchNorm statistics over ``restat_batches`` evaluation budgets of
-    ``restat_train_dir`` if given (:func:`restat_batchnorm`)."""
+    ``restat_train_dir`` if given (:func:`restat_batchnorm`).  ``device`` (``"cpu"``, ``"cuda"``)
+    holds the model and each batch; the figures are the same up to floating-point rounding."""
     if config is None:  # next to the checkpoint, or one level up (a side directory of epoch checkpoints)
         config = model_file.parent / "config.yaml"
         config = config if config.exists() else model_file.parent.parent / "config.yaml"
-    model, train_args = ASRTask.build_model_from_file(config, model_file, "cpu")
+    model, train_args = ASRTask.build_model_from_file(config, model_file, device)
     model.eval()
     if restat_train_dir is not None:
         restat_batchnorm(model, train_args, restat_train_dir, restat_batches)
@@ -133,7 +134,7 @@ def evaluate(model_file: Path, valid_dir: Path, config: Path = None, restat_trai
     acc_utts, ter_utts = [], []
     by_position: Dict[str, list] = {}  # bin -> [correct, targets]
     for _keys, batch in iterator:
-        batch = {k: v for k, v in batch.items() if not k.endswith("utt_id")}
+        batch = {k: v.to(device) for k, v in batch.items() if not k.endswith("utt_id")}
         d = float(batch["text_lengths"].sum()) + 1.0  # decoder targets incl. <eos>
         # One encoder pass for both branches (eval mode: the standard rate, as decoding).
         enc, enc_lens = model.encode(batch["speech"], batch["speech_lengths"])  # (1, T_enc, D), (1,)
@@ -181,6 +182,7 @@ def main(argv=None) -> int:
     parser.add_argument("--restat_train_dir", type=Path, default=None,
                         help="re-estimate BatchNorm statistics over utterances of this data dir first")
     parser.add_argument("--restat_batches", type=int, default=6)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: where the model and batches run")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if not args.model and not args.epochs:
@@ -202,7 +204,8 @@ def main(argv=None) -> int:
         jobs += [(f"{name}@{p.name.split('epoch')[0]}", p, config) for p in files]
     results = {}
     for name, path, config in jobs:
-        results[name] = evaluate(path, args.valid_dir, config, args.restat_train_dir, args.restat_batches)
+        results[name] = evaluate(path, args.valid_dir, config, args.restat_train_dir, args.restat_batches,
+                                 args.device)
         r = results[name]
         print(f"{name:24s} acc_token={r['acc_token']:.3f} acc_utt={r['acc_utt']:.3f} "
               f"ter_ctc_token={r.get('ter_ctc_token', float('nan')):.3f} ter_ctc_utt={r.get('ter_ctc_utt', float('nan')):.3f} "

@@ -476,7 +476,8 @@ def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir,
     ``(T_samples, C)``, at the sampling rate the model was trained at), or of
     ``data_dir/feats.scp`` when there is no ``wav.scp`` (extracted features ``(T_frames, D)``, read
     with ``kaldiio``), offered one utterance at a time in an order shuffled with ``seed``; only the
-    budgeted sample stays in memory.  It is encoded in evaluation mode (``model.eval()``: the
+    budgeted sample stays in memory, on the host; each batch is moved to the model's device for its
+    own forward.  It is encoded in evaluation mode (``model.eval()``: the
     evaluation frame rate of a ``frontend: dynres``, no dropout, no SpecAugment) one utterance per
     batch.
 
@@ -529,6 +530,7 @@ def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir,
             raise ValueError(f"{scp}: cannot read utterance {utt} from {path} ({exc}); fix the path or the file") from exc
         sample.add(data[None], torch.tensor([data.shape[0]]), budget)
     model.eval()
-    return sample.restat(model.encode, batchnorm_layers(model), RestatBudget(max_batch_size=1),
+    device = next(model.parameters()).device  # each batch of the host-held sample goes where the model is
+    return sample.restat(model.encode, batchnorm_layers(model), RestatBudget(max_batch_size=1), device=device,
                          blocks=encoder_blocks(model))
 

@@ -231,7 +231,7 @@ def test_valid_figures_are_reused_only_for_the_same_checkpoint_data_and_script(t
     script.write_text("# version 1\n")
     calls = []
     vm = types.SimpleNamespace(__file__=str(script),
-                               evaluate=lambda ckpt, valid, config: calls.append(ckpt) or {"acc_token": len(calls)})
+                               evaluate=lambda ckpt, valid, config, *rest: calls.append(ckpt) or {"acc_token": len(calls)})
     ckpt = tmp_path / "epochs" / "1epoch.pth"
     ckpt.parent.mkdir()
     ckpt.write_bytes(b"weights")
@@ -397,10 +397,11 @@ def test_eval_rate_variant_is_the_trained_arm_validated_and_scored_at_its_rate(t
     import types
 
     tta = load()
-    calls = []
+    calls, devices = [], []
 
-    def evaluate(ckpt, valid_dir, config, restat_train_dir=None, restat_batches=6):
+    def evaluate(ckpt, valid_dir, config, restat_train_dir=None, restat_batches=6, device="cpu"):
         calls.append((ckpt.name, config.parent.name, restat_train_dir.name, restat_batches))
+        devices.append(device)
         return {"ter_ctc_token": 0.1 * int(ckpt.name[0])}
 
     vm_file = tmp_path / "vm.py"
@@ -425,6 +426,12 @@ def test_eval_rate_variant_is_the_trained_arm_validated_and_scored_at_its_rate(t
     assert (exp / "asr_tta_E_s1" / "epochs" / "1epoch.valid_metrics.E80.json").exists()  # beside E's own cache
     tta.eval_rate_variant_entry(args, vm, "E80", base, "tta_E_s1", 1)
     assert len(calls) == 2  # cached
+    assert devices == ["cpu", "cpu"]  # no --ngpu: evaluated on the CPU
+    args.ngpu = 1
+    for f in (exp / "asr_tta_E_s1" / "epochs").glob("*.json"):
+        f.unlink()
+    tta.eval_rate_variant_entry(args, vm, "E80", base, "tta_E_s1", 1)
+    assert devices == ["cpu", "cpu", "cuda", "cuda"]  # the arms trained on a GPU: evaluated there
     arms = {"E": tmp_path / "e.yaml"}
     assert tta.parse_eval_rate_variants(["E80=E:80"], arms) == {"E80": ("E", 80.0)}
     for bad in ("E80=F:80", "E80=E", "E80=E:zero", "=E:80"):
