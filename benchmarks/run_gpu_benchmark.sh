@@ -16,7 +16,8 @@
 # --mode longtail_finetune: the long-tailed loss study (docs/experiments/loss_normalization_longtail.md)
 # on the GPU: the long-tailed corpus (stages 1-10), then per seed (SEEDS, default "0 1") the six arms of
 # conf/longtail/ fine-tuned from the recipe's stock model of that seed, all seeds' arms at once on the
-# one GPU (time_to_accuracy.py per arm and seed: training, valid figures, decoding), loss_stability.py per seed
+# one GPU (time_to_accuracy.py per arm and seed: training, valid figures, decoding; ARMS="name ..." for a
+# subset), loss_stability.py per seed
 # and the merged report.  The stock models (conf/train_asr_conformer_numel_cpu.yaml, 5 epochs on the
 # digits corpus) are trained first, or taken from STOCK_DIR (A_s<SEED>.pth and the digits corpus's
 # tokens.txt: the valid.acc.ave.pth and token list of a CPU run, so both machines start alike).
@@ -132,6 +133,15 @@ if [ "${mode}" = longtail_finetune ]; then
           dynres_tokennorm=conf/longtail/train_asr_conformer_dynres_token_normalized_cpu.yaml
           numel_espnet_clip100=conf/longtail/train_asr_conformer_numel_espnet_clip100_cpu.yaml
           numel_tokennorm_clip1p5=conf/longtail/train_asr_conformer_numel_token_normalized_clip1p5_cpu.yaml)
+    if [ -n "${ARMS:-}" ]; then  # a subset, by name
+        chosen=()
+        for name in ${ARMS}; do
+            found=""; for a in "${arms[@]}"; do [ "${a%%=*}" = "${name}" ] && found=${a}; done
+            [ -n "${found}" ] || die "ARMS names ${name}, which is none of: ${arms[*]%%=*}"
+            chosen+=("${found}")
+        done
+        arms=("${chosen[@]}")
+    fi
     if ${dry_run}; then  # the code paths on any machine: a handful of utterances, 1 epoch, seed 0
         read -r -a seeds <<< "${SEEDS:-0}"
         digits_sizes=(--num_train 24 --num_dev 6 --num_test 4); lt_sizes=(--num_train 8 --num_dev 3 --num_test 3)
