@@ -21,8 +21,9 @@ setup(
         # ESPnet's trainer imports these with its default options.
         "tensorboard",
         "matplotlib",
-        # Recipe: reading/writing audio, scoring, progress bars.
+        # Recipe: reading/writing audio, speed perturbation (SoX's resampler), scoring, progress bars.
         "soundfile",
+        "soxr",
         "jiwer",
         "tqdm",
         "numpy",

@@ -58,6 +58,29 @@ from espnet_dynres.samplers.dynres_batch_sampler import read_shape_file
 
 ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
 OFF_STANDARD_TOLERANCE = 0.10  # |rate / standard rate - 1| above this counts as off the standard rate
+RATE_BIN_HZ = 10.0  # width of the audit's frame-rate histogram bins
+
+
+def rate_histogram(rates_hz: np.ndarray, bin_hz: float = RATE_BIN_HZ) -> Dict[str, int]:
+    """Utterances per frame-rate bin: ``{"lo-hi": count}`` for bins ``[lo, hi)`` of ``bin_hz`` Hz on
+    multiples of ``bin_hz``, from the bin of the lowest rate to that of the highest (empty bins kept,
+    so the shape shows).
+
+    Args:
+        rates_hz: ``(N,)`` per-utterance frame rates (Hz).
+        bin_hz: bin width (Hz, > 0).
+
+    Returns:
+        The counts, in rate order; they add up to ``N`` (``{}`` for no utterance).
+    """
+    rates = np.asarray(rates_hz, dtype=np.float64)
+    if rates.size == 0:
+        return {}
+    first = int(np.floor(rates.min() / bin_hz + 1e-9))
+    last = int(np.floor(rates.max() / bin_hz + 1e-9))
+    edges = np.arange(first, last + 2) * bin_hz
+    counts, _ = np.histogram(rates, bins=edges)
+    return {f"{a:g}-{b:g}": int(c) for a, b, c in zip(edges[:-1], edges[1:], counts)}
 BATCH_TYPES = ESPNET_BATCH_TYPES + ("dynres",)
 
 
@@ -156,6 +179,8 @@ class BatchAudit:
             docstring); the standard rate for every utterance of a padded batch.
         off_standard_rate_fraction: share of utterances whose frame rate is more
             than :data:`OFF_STANDARD_TOLERANCE` away from the standard rate.
+        frame_rate_histogram: utterances per frame-rate bin of
+            :data:`RATE_BIN_HZ` Hz (:func:`rate_histogram`), as ``{"70-80": n, ...}`` in Hz.
         audio_sec: seconds of audio per batch (the actual work of a step, whatever
             the frame rate or padding: compare samplers at equal mean audio_sec).
         num_below_clamp: utterances planned *below the clamp* (``below_clamp``:
@@ -189,6 +214,7 @@ class BatchAudit:
     build_time_sec: float = 0.0
     num_below_clamp: Optional[int] = None
     frames: Optional[Distribution] = None
+    frame_rate_histogram: Optional[Dict[str, int]] = None
     batch_sizes: np.ndarray = field(default=None, repr=False)
     batch_frames: np.ndarray = field(default=None, repr=False)
     batch_padded_frames: np.ndarray = field(default=None, repr=False)
@@ -384,6 +410,7 @@ def audit_batches(
         build_time_sec=build_time_sec,
         num_below_clamp=None if policy is None else int(policy.below_clamp(table.num_samples[flat], utt_frames).sum()),
         frames=Distribution.of(batch_frames),
+        frame_rate_histogram=rate_histogram(utt_rate_hz),
         utt_frame_rate_hz=utt_rate_hz,
         batch_sizes=sizes,
         batch_frames=batch_frames,
@@ -543,7 +570,8 @@ def dynres_batch_bins_for_audio(sampler, audio_sec: float, epoch: int = 1, itera
     import logging
 
     policy = sampler.policy
-    rate_hz = policy.target_frame_rate_hz or policy.standard_frame_rate_hz
+    drawn = policy.target_frame_rate_range_hz
+    rate_hz = policy.target_frame_rate_hz or (sum(drawn) / 2 if drawn else policy.standard_frame_rate_hz)
     bins = max(1, int(round(audio_sec * rate_hz)))
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)

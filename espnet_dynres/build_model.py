@@ -60,6 +60,8 @@ def record_effective_options(args: argparse.Namespace, model: torch.nn.Module) -
             "min_frame_rate_hz": policy.min_frame_rate_hz, "max_frame_rate_hz": policy.max_frame_rate_hz,
             "fallback_frame_rate_hz": policy.fallback_frame_rate_hz, "target_frame_rate_hz": policy.target_frame_rate_hz,
             "eval_frame_rate_hz": policy.eval_frame_rate_hz,
+            "target_frame_rate_range_hz": (None if policy.target_frame_rate_range_hz is None
+                                           else list(policy.target_frame_rate_range_hz)),
             "curriculum_epochs": policy.curriculum_epochs, "method": frontend.method,
             "resample_filterbank": frontend.resample_filterbank, "resample_grid_hz": frontend.resample_grid_hz,
         }

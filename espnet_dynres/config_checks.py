@@ -186,8 +186,9 @@ def check_sampler_arguments(args: argparse.Namespace) -> None:
             ``iterator_type`` other than ``sequence`` (only ESPnet's sequence
             iterator uses a batch sampler); ``batch_type``, ``frontend`` or
             ``specaug`` ``dynres`` with a model that does not pass the plan and
-            the frame rates (:func:`check_model`); ``frontend_conf.curriculum_epochs``
-            without ``batch_type: dynres`` (the curriculum is part of the sampler's plan).
+            the frame rates (:func:`check_model`); ``frontend_conf.curriculum_epochs`` or
+            ``frontend_conf.target_frame_rate_range_hz`` without ``batch_type: dynres`` (both are
+            part of the sampler's plan).
     """
     dynres = "dynres" in (getattr(args, "batch_type", None), getattr(args, "valid_batch_type", None))
     for name in SAMPLER_ARGUMENTS:
@@ -210,6 +211,13 @@ def check_sampler_arguments(args: argparse.Namespace) -> None:
         raise ValueError(
             f"frontend_conf curriculum_epochs: {curriculum} is applied by the dynres sampler's plan, but batch_type "
             f"is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove curriculum_epochs."
+        )
+    drawn = (getattr(args, "frontend_conf", None) or {}).get("target_frame_rate_range_hz")
+    if getattr(args, "frontend", None) == "dynres" and drawn is not None and getattr(args, "batch_type", None) != "dynres":
+        raise ValueError(
+            f"frontend_conf target_frame_rate_range_hz: {drawn} is drawn per batch by the dynres sampler's plan, but "
+            f"batch_type is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove "
+            "target_frame_rate_range_hz."
         )
 
 

@@ -41,6 +41,12 @@ whole batch: :class:`espnet_dynres.batch_constraint.BatchConstraint`):
 3. If still empty, every utterance at the standard rate, zero-padded to the
    longest — a *fallback batch*, counted and logged by the frontend.
 
+Optional drawn target rate (``target_frame_rate_range_hz = (lo, hi)``): each training batch
+aims at its own target rate, drawn uniformly from ``[lo, hi]`` Hz by
+:meth:`FrameRatePolicy.batch_target_rates_hz` (deterministic in seed and epoch), in place of
+``target_frame_rate_hz`` in rule 1, so the rate a batch gets does not follow its utterances'
+durations.  Only the ``dynres`` sampler's plan carries the draws.
+
 Optional resolution curriculum (``curriculum_epochs = N > 0``): in epoch ``e``
 (1-based) ``T`` moves from the lowest common frame count (lowest rates) at
 ``e = 1`` linearly to the rule above from ``e = N + 1`` on.  It never exceeds
@@ -129,13 +135,19 @@ class FrameRatePolicy:
             training step (validation, the BatchNorm re-estimate, decoding,
             collect-stats) (Hz); ``None`` = the standard rate.  Must lie in
             ``[min_frame_rate_hz, max_frame_rate_hz]``.
+        target_frame_rate_range_hz: ``(lo, hi)`` Hz: each training batch of the
+            sampler's plan aims at a target rate drawn uniformly from it
+            (:meth:`batch_target_rates_hz`) instead of ``target_frame_rate_hz``;
+            ``None`` = off.  Inside ``[min_frame_rate_hz, max_frame_rate_hz]``,
+            ``lo <= hi``, and not together with ``target_frame_rate_hz``.
 
     Raises:
         ValueError: non-positive values, ``min_frame_rate_hz`` above the
             standard rate, ``max_frame_rate_hz`` below it or above ``fs``,
             ``fallback_frame_rate_hz`` above ``min_frame_rate_hz``, a negative
-            ``curriculum_epochs`` or a ``target_frame_rate_hz`` or
-            ``eval_frame_rate_hz`` outside the clamp; the message names the key to fix.
+            ``curriculum_epochs`` or a ``target_frame_rate_hz``,
+            ``eval_frame_rate_hz`` or ``target_frame_rate_range_hz`` outside the clamp
+            (or a range given with ``target_frame_rate_hz``); the message names the key to fix.
     """
 
     fs: int = 16000
@@ -146,6 +158,7 @@ class FrameRatePolicy:
     curriculum_epochs: int = 0
     target_frame_rate_hz: Optional[float] = None
     eval_frame_rate_hz: Optional[float] = None
+    target_frame_rate_range_hz: Optional[Tuple[float, float]] = None
 
     def __post_init__(self):
         object.__setattr__(self, "fs", parse_fs(self.fs))
@@ -178,6 +191,24 @@ class FrameRatePolicy:
                     f"{key}={value} must lie in [min_frame_rate_hz={self.min_frame_rate_hz}, max_frame_rate_hz="
                     f"{self.max_frame_rate_hz}] (or be null for the standard rate). Fix frontend_conf."
                 )
+        if self.target_frame_rate_range_hz is not None:
+            rng = self.target_frame_rate_range_hz
+            if isinstance(rng, (int, float, str)) or len(rng) != 2:
+                raise ValueError(f"target_frame_rate_range_hz must be two rates [lo, hi] in Hz, got {rng!r}. "
+                                 "Fix frontend_conf.")
+            lo, hi = float(rng[0]), float(rng[1])
+            if not self.min_frame_rate_hz <= lo <= hi <= self.max_frame_rate_hz:
+                raise ValueError(
+                    f"target_frame_rate_range_hz=[{lo:g}, {hi:g}] must satisfy min_frame_rate_hz="
+                    f"{self.min_frame_rate_hz:g} <= lo <= hi <= max_frame_rate_hz={self.max_frame_rate_hz:g}. "
+                    "Fix frontend_conf."
+                )
+            if self.target_frame_rate_hz is not None:
+                raise ValueError(
+                    f"target_frame_rate_hz={self.target_frame_rate_hz:g} and target_frame_rate_range_hz=[{lo:g}, "
+                    f"{hi:g}] both set the batches' target rate; keep one of them in frontend_conf."
+                )
+            object.__setattr__(self, "target_frame_rate_range_hz", (lo, hi))
 
     @property
     def target_ratio(self) -> float:
@@ -185,6 +216,28 @@ class FrameRatePolicy:
         if self.target_frame_rate_hz is None:
             return 1.0
         return self.target_frame_rate_hz / self.standard_frame_rate_hz
+
+    def batch_target_rates_hz(self, seed: int, epoch: int, num_batches: int):
+        """Target rates (Hz) of an epoch's training batches under ``target_frame_rate_range_hz``.
+
+        Batch ``k`` (in the order the sampler fills batches) aims at element ``k``, drawn
+        uniformly from the range by ``numpy.random.default_rng([seed, epoch, 2])``: the same
+        for the same ``(seed, epoch)``.
+
+        Args:
+            seed: ESPnet's ``--seed``.
+            epoch: 1-based epoch.
+            num_batches: how many draws (an upper bound on the epoch's batches).
+
+        Returns:
+            ``(num_batches,)`` float64 Hz (numpy), or ``None`` when no range is set.
+        """
+        import numpy as np
+
+        if self.target_frame_rate_range_hz is None:
+            return None
+        lo, hi = self.target_frame_rate_range_hz
+        return np.random.default_rng([int(seed), int(epoch), 2]).uniform(lo, hi, size=int(num_batches))
 
     # ------------------------------------------------------------------ rates
     @property
@@ -302,7 +355,8 @@ class FrameRatePolicy:
         return self.pick_frame_count(lo, hi, total_std, len(num_samples), epoch)
 
     def pick_frame_count(
-        self, lo: int, hi: Optional[int], sum_standard_frames: int, batch_size: int, epoch: Optional[int] = None
+        self, lo: int, hi: Optional[int], sum_standard_frames: int, batch_size: int, epoch: Optional[int] = None,
+        target_hz: Optional[float] = None,
     ) -> Optional[int]:
         """The batch rule from running totals (used by the sampler while it grows a batch).
 
@@ -311,6 +365,8 @@ class FrameRatePolicy:
             sum_standard_frames: sum of their standard frame counts.
             batch_size: number of utterances.
             epoch: 1-based epoch for the curriculum; ``None`` = no curriculum.
+            target_hz: this batch's drawn target rate (Hz, :meth:`batch_target_rates_hz`);
+                ``None``: ``target_frame_rate_hz`` (or the standard rate).
 
         Returns:
             ``round(sum_standard_frames × target_ratio / batch_size)`` clipped to
@@ -319,10 +375,12 @@ class FrameRatePolicy:
         """
         if hi is None or lo > hi:
             return None
-        if self.target_frame_rate_hz is None:
+        if target_hz is None:
+            target_hz = self.target_frame_rate_hz
+        if target_hz is None:
             mean = sum_standard_frames / batch_size
         else:  # mean x target / (fs / hop), one division so that exact halves round as written
-            mean = sum_standard_frames * self.target_frame_rate_hz * self.hop_length / (self.fs * batch_size)
+            mean = sum_standard_frames * target_hz * self.hop_length / (self.fs * batch_size)
         target = int(math.floor(mean + 0.5))
         t = lo if target < lo else (hi if target > hi else target)  # clip (the sampler calls this per utterance)
         if epoch is not None and self.curriculum_epochs > 0 and epoch <= self.curriculum_epochs:

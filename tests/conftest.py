@@ -2,8 +2,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# One Hypothesis profile for CI and local runs alike: the same examples every run (a property test
+# fails for a reason, not for a new draw) and no per-example deadline (a 2-core machine under load
+# is not a slow function). A test's own @settings changes only what it names.
+settings.register_profile("espnet_dynres", derandomize=True, deadline=None, print_blob=True)
+settings.load_profile("espnet_dynres")
 
 import espnet_dynres  # noqa: E402,F401  (register the plugin once for all tests)
 

@@ -79,6 +79,8 @@ def get_parser() -> argparse.ArgumentParser:
     g.add_argument("--fallback_frame_rate_hz", type=float, default=None, help="default 50 Hz (or the --config frontend's)")
     g.add_argument("--target_frame_rate_hz", type=float, default=None,
                    help="dynres: mean frame rate a batch aims at (default: the standard rate fs / hop_length)")
+    g.add_argument("--target_frame_rate_range_hz", type=float, nargs=2, default=None, metavar=("LO", "HI"),
+                   help="dynres: each batch aims at a rate drawn from [LO, HI] Hz (default: the --config frontend's)")
     g.add_argument("--max_batch_size", type=int, default=None, help="dynres: most utterances per batch")
     g.add_argument("--seed", type=int, default=0, help="dynres: seed of the per-epoch redraw")
     g.add_argument("--epoch", type=int, default=1,
@@ -142,6 +144,12 @@ def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
         f"({100 * audit.off_standard_rate_fraction:.1f} % of utterances more than "
         f"{100 * OFF_STANDARD_TOLERANCE:.0f} % from the standard rate)"
     )
+    if audit.frame_rate_histogram:
+        widest = max(audit.frame_rate_histogram.values())
+        for i, (span, n) in enumerate(audit.frame_rate_histogram.items()):
+            head = "rate histogram (Hz)   : " if i == 0 else " " * 24
+            share = n / max(1, audit.num_utterances_in_batches)
+            lines.append(f"{head}{span:>9}  {n:7d}  {100 * share:5.1f} %  " + "#" * round(40 * n / max(1, widest)))
     lines.append("tokens per batch      : " + (dist(audit.tokens) if audit.tokens else "n/a (no --text_shape)"))
     lines.append(f"audio per batch (s)   : {dist(audit.audio_sec, '{:.1f}')}")
     lines.append(f"frames per batch      : {dist(audit.frames)}  (B x T feature frames, padding included)")
@@ -205,7 +213,8 @@ def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None, policy
     plt.close(fig)
 
 
-RATE_KEYS = ("fs", "hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz", "target_frame_rate_hz")
+RATE_KEYS = ("fs", "hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz", "target_frame_rate_hz",
+             "target_frame_rate_range_hz")
 CONFIG_KEYS = ("batch_type", "batch_bins", "batch_size", "max_batch_size", "min_batch_size", "seed", "sort_in_batch",
                "sort_batch", "fold_length", "oversized", "shuffle_jitter", "batch_fill")
 

@@ -123,6 +123,11 @@ class DynResBatchSampler(AbsSampler):
     minimum); else each member at its own lowest frame count, padded to the
     longest (``T`` ``None``: a *padded batch*, never at the standard rate).
 
+    **Drawn target rates.**  With the policy's ``target_frame_rate_range_hz``, the batch being
+    filled aims at its own target rate (:meth:`FrameRatePolicy.batch_target_rates_hz`, drawn from
+    ``(seed, epoch)``) in rule (a) and in its planned ``T``, so a batch's rate does not follow the
+    durations it holds; the budget (b) holds as before.
+
     **Oversized utterances.**  An utterance whose ``T`` alone exceeds
     ``batch_bins`` gets a batch of its own, at the lowest frame count that
     reaches the budget (down to ``fallback_frame_rate_hz`` and never below its
@@ -334,9 +339,11 @@ class DynResBatchSampler(AbsSampler):
         key = self._log_samples + rng.uniform(0.0, width, size=len(self._log_samples))
         return np.lexsort((np.arange(len(key)), key))
 
-    def _group(self, order: np.ndarray) -> List[List[int]]:
+    def _group(self, order: np.ndarray, rates_hz: Optional[np.ndarray] = None) -> List[List[int]]:
         """Greedy grouping of utterance indices in ``order``: rules (a)–(d) of the class docstring are
-        :attr:`constraint`'s (:class:`~espnet_dynres.batch_constraint.BatchConstraint`), (e) is here."""
+        :attr:`constraint`'s (:class:`~espnet_dynres.batch_constraint.BatchConstraint`), (e) is here.
+        ``rates_hz``: the drawn target rate of each batch in fill order (``target_frame_rate_range_hz``),
+        else ``None``."""
         pick, admits = self.policy.pick_frame_count, self.constraint.admits
         budget, max_bs, min_bs = self.batch_bins, self.max_batch_size or math.inf, self.min_batch_size
         nearest = self.batch_fill == "nearest"
@@ -344,6 +351,7 @@ class DynResBatchSampler(AbsSampler):
         batches: List[List[int]] = []
         current: List[int] = []
         lo, hi, total_std, need = 1, None, 0, 0
+        rate = None if rates_hz is None else float(rates_hz[0])
         # Plain comparisons instead of min()/max() calls: this loop runs once per utterance
         # (1M utterances in a few seconds).
         for i in order.tolist():
@@ -353,13 +361,13 @@ class DynResBatchSampler(AbsSampler):
                 new_lo = lo if lo > u_lo else u_lo
                 new_hi = hi if hi < u_hi else u_hi
                 new_need = need if need > u_min else u_min
-                t = pick(new_lo, new_hi, total_std + std_[i], size) if new_lo <= new_hi else None
+                t = pick(new_lo, new_hi, total_std + std_[i], size, None, rate) if new_lo <= new_hi else None
                 fits = t is not None and admits(t, size, new_need)
                 if not fits and nearest and t is not None and size <= max_bs:
                     # Rule (e): over the budget at the rule's T by less than the room the batch
                     # leaves without this utterance -> join at T = budget // size (frames).
                     over = size * t - budget
-                    room = budget - (size - 1) * pick(lo, hi, total_std, size - 1)
+                    room = budget - (size - 1) * pick(lo, hi, total_std, size - 1, None, rate)
                     t = budget // size
                     fits = 0 < over < room and admits(t, size, new_lo if new_lo > new_need else new_need)
                 if fits:
@@ -373,6 +381,8 @@ class DynResBatchSampler(AbsSampler):
                     total_std += std_[i]
                     continue
                 batches.append(current)
+                if rates_hz is not None:
+                    rate = float(rates_hz[len(batches)])
             current, lo, hi, total_std, need = [i], u_lo, u_hi, std_[i], u_min
         return self._close_last(batches, current)
 
@@ -448,11 +458,12 @@ class DynResBatchSampler(AbsSampler):
         return lo.tolist(), hi.tolist(), std.tolist()
 
     def _frames(
-        self, batch: List[int], epoch: int, lo: int, hi: int, total_std: int
+        self, batch: List[int], epoch: int, lo: int, hi: int, total_std: int, rate_hz: Optional[float] = None
     ) -> Tuple[Optional[int], Tuple[int, ...], BatchKind]:
         """Planned ``T`` (``None`` = a padded batch), frames per utterance and kind of one batch.
 
-        ``lo``, ``hi``, ``total_std`` come from :meth:`_group_ranges`.  Rule 1 of
+        ``lo``, ``hi``, ``total_std`` come from :meth:`_group_ranges`; ``rate_hz`` is the batch's
+        drawn target rate (``None``: the policy's own target).  Rule 1 of
         :class:`FrameRatePolicy` on them; if the intersection is empty, rule 2
         (lower limit relaxed to ``fallback_frame_rate_hz``).  ``T`` is raised to
         the members' CTC minimum where the clamp allows, and, if ``B × T`` is over
@@ -466,11 +477,11 @@ class DynResBatchSampler(AbsSampler):
         size = len(batch)
         lowest = [max(self._fallback_lo[i], self._min[i]) for i in batch]  # per member, capped below
         need = max(self._min[i] for i in batch)
-        t = self.policy.pick_frame_count(lo, hi, total_std, size, epoch)
+        t = self.policy.pick_frame_count(lo, hi, total_std, size, epoch, rate_hz)
         floor = lo
         if t is None:
             floor = max(self._fallback_lo[i] for i in batch)
-            t = self.policy.pick_frame_count(floor, hi, total_std, size, epoch)
+            t = self.policy.pick_frame_count(floor, hi, total_std, size, epoch, rate_hz)
         if t is not None:
             # A target frame rate below the standard one can put T under a member's CTC minimum
             # (rule (d)); raise T to it where the clamp allows.
@@ -557,9 +568,11 @@ class DynResBatchSampler(AbsSampler):
         if epoch in self._cache:
             return self._cache[epoch]
         if self.shuffle:
-            groups = self._sort_members(self._group(self._order(epoch)))
+            rates = self.policy.batch_target_rates_hz(self.seed, epoch, len(self.keys) + 1)
+            groups = self._sort_members(self._group(self._order(epoch), rates))
             ranges = self._group_ranges(groups)
-            planned = [self._frames(g, epoch, lo, hi, std) for g, lo, hi, std in zip(groups, *ranges)]
+            rates = [None] * len(groups) if rates is None else rates[: len(groups)].tolist()
+            planned = [self._frames(g, epoch, lo, hi, std, r) for g, lo, hi, std, r in zip(groups, *ranges, rates)]
         else:  # validation: computed at the standard rate, padded to the longest (the frontend's eval mode)
             groups = self._sort_members(self._group_padded(self._sorted))
             planned = [self._padded_frames(g) for g in groups]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Connected-digit ASR on real speech (FSDD), with ESPnet's stage numbering:
-#   1 data prep   3 format (8 kHz -> fs)   4 filter   5 token list
+#   1 data prep   2 speed perturbation   3 format (8 kHz -> fs)   4 filter   5 token list
 #   10 collect stats   11 train   12 decode (standard frame rate)   13 score
 #   15 pack (with a config stock ESPnet decodes) + unpack check
 # Needs no ESPnet git checkout and no Kaldi tools: every stage is an ESPnet module
@@ -11,13 +11,21 @@
 #     --expdir DIR --dumpdir DIR [--datadir DIR --asr_tag TAG --token_type word|char|bpe --nbpe N
 #     --fs 16k --num_train N --num_dev N --num_test N --seed N --inference_nj N
 #     --min_wav_duration SEC --max_wav_duration SEC --inference_asr_model NAME --fsdd_dir DIR
-#     --results_readme FILE --corpus digits|longtail --local_data_opts "..." --test_tempo T1,T2,...]
+#     --results_readme FILE --corpus digits|longtail --local_data_opts "..." --test_tempo T1,T2,...
+#     --speed_perturb_factors "F1 F2 ..." --test_speed F1,F2,...]
 # --corpus digits (default): 3,000 connected-digit utterances, 0.2-38 s (local/data_prep.py).
 # --corpus longtail: 320 train utterances, 3 s to 3 minutes, median 20 s (local/longtail_data_prep.py);
 #     its own data_longtail/, dump_longtail/, exp_longtail/ and no duration filter unless given.
 # --local_data_opts: extra options of the stage-1 script (see python local/<script>.py --help).
 # --test_tempo 0.8,0.9,1.1,1.25: stage 1 also writes test_tempo<T>, the test set played T times as fast
 #     with its pitch kept (local/tempo_perturb.py); stages 3, 12 and 13 treat each as another test set.
+# --test_speed 0.9,1.1: stage 1 also writes test_speed<F>, the test set played F times as fast with pitch
+#     and tempo moved together (SoX's speed; local/speed_perturb.py), another test set likewise.
+# --speed_perturb_factors "0.9 1.0 1.1": as ESPnet's asr.sh, stage 2 adds speed-changed copies of the
+#     training set (ids prefixed sp0.9-, sp1.1-) as train_sp, which every later stage uses for training
+#     (shapes, stats and token list from it; stats in <expdir>/asr_stats_raw_<token_type>_sp); dev and
+#     test sets stay as they are. --max_wav_duration's default grows by 1 / the smallest factor so that
+#     no slowed copy is filtered out.
 set -euo pipefail
 
 stage=1
@@ -49,8 +57,10 @@ python=python
 local_data_opts=""  # extra options of stage 1's data script, as asr.sh's --local_data_opts
 results_readme=""   # e.g. README.md: stage 13 also writes this experiment's RESULTS section there
 test_tempo=""       # e.g. 0.8,0.9,1.1,1.25: tempo-changed copies of the test set (pitch kept)
+test_speed=""       # e.g. 0.9,1.1: speed-changed copies of the test set (pitch moved with the tempo)
+speed_perturb_factors=""  # e.g. "0.9 1.0 1.1": speed-perturbed training set (ESPnet's asr.sh stage 2)
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -70,6 +80,7 @@ case "${corpus}" in
     longtail) defaults=(exp_longtail dump_longtail data_longtail 320 60 60 300); data_prep=local/longtail_data_prep.py ;;
     *) echo "run.sh: --corpus must be digits or longtail, got '${corpus}'" >&2; exit 2 ;;
 esac
+max_wav_duration_given=0; [ -n "${max_wav_duration}" ] && max_wav_duration_given=1
 : "${expdir:=${defaults[0]}}" "${dumpdir:=${defaults[1]}}" "${datadir:=${defaults[2]}}"
 : "${num_train:=${defaults[3]}}" "${num_dev:=${defaults[4]}}" "${num_test:=${defaults[5]}}"
 : "${max_wav_duration:=${defaults[6]}}"
@@ -82,17 +93,28 @@ fail() { log "ERROR: $1 failed; read the log: $2"; tail -n 20 "$2" >&2 || true; 
 # run_logged LOG CMD...: run CMD with its output in LOG, stop with the log's name on failure.
 run_logged() { local lg=$1; shift; mkdir -p "$(dirname "${lg}")"; "$@" >"${lg}" 2>&1 || fail "$(basename "${lg}" .log)" "${lg}"; }
 
-[ -n "${asr_tag}" ] || asr_tag=$(basename "${asr_config}" .yaml)
+sp_factors=()
+if [ -n "${speed_perturb_factors}" ]; then
+    read -r -a sp_factors <<< "${speed_perturb_factors}"
+    for f in "${sp_factors[@]}"; do
+        [[ "${f}" =~ ^[0-9]*\.?[0-9]+$ ]] && [[ ! "${f}" =~ ^0*\.?0*$ ]] \
+            || { echo "run.sh: --speed_perturb_factors takes positive numbers separated by spaces (e.g. \"0.9 1.0 1.1\"), got '${speed_perturb_factors}'" >&2; exit 2; }
+    done
+fi
+# asr.sh: a tag from the config name gets _sp under speed perturbation; the stats dir always does.
+[ -n "${asr_tag}" ] || asr_tag=$(basename "${asr_config}" .yaml)${speed_perturb_factors:+_sp}
 asr_exp=${expdir}/asr_${asr_tag}
-asr_stats_dir=${expdir}/asr_stats_raw_${token_type}  # one per data setup, as asr.sh
+asr_stats_dir=${expdir}/asr_stats_raw_${token_type}${speed_perturb_factors:+_sp}  # one per data setup, as asr.sh
 token_listdir=${datadir}/token_list/${token_type}
 token_list=${token_listdir}/tokens.txt
 bpemodel=none
 [ "${token_type}" = bpe ] && bpemodel=${token_listdir}/bpe.model
 train_set=train
+[ -n "${speed_perturb_factors}" ] && train_set=train_sp
 valid_set=dev
 test_sets="test"
 tempos=()
+speeds=()
 if [ -n "${test_tempo}" ]; then
     IFS=, read -r -a tempos <<< "${test_tempo}"
     for t in "${tempos[@]}"; do
@@ -100,6 +122,19 @@ if [ -n "${test_tempo}" ]; then
             || { echo "run.sh: --test_tempo takes positive numbers separated by commas (e.g. 0.8,1.25), got '${test_tempo}'" >&2; exit 2; }
         test_sets+=" test_tempo${t}"
     done
+fi
+if [ -n "${test_speed}" ]; then
+    IFS=, read -r -a speeds <<< "${test_speed}"
+    for f in "${speeds[@]}"; do
+        [[ "${f}" =~ ^[0-9]*\.?[0-9]+$ ]] && [[ ! "${f}" =~ ^0*\.?0*$ ]] \
+            || { echo "run.sh: --test_speed takes positive numbers separated by commas (e.g. 0.9,1.1), got '${test_speed}'" >&2; exit 2; }
+        test_sets+=" test_speed${f}"
+    done
+fi
+if [ -n "${speed_perturb_factors}" ] && [ "${max_wav_duration_given:-}" != 1 ]; then
+    # Keep every slowed copy: the corpus default / the smallest factor.
+    max_wav_duration=$(printf '%s\n' "${sp_factors[@]}" | awk -v m="${max_wav_duration}" \
+        'NR == 1 || $1 < f { f = $1 } END { printf "%.6g", m / f }')
 fi
 feats_dir=${dumpdir}/raw
 frontend_name=$(${python} -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1])).get('frontend','default'))" "${asr_config}")
@@ -111,10 +146,19 @@ if [ "${stage}" -le 1 ] && [ "${stop_stage}" -ge 1 ]; then
     for t in "${tempos[@]}"; do
         ${python} local/tempo_perturb.py --src "${datadir}/test" --dst "${datadir}/test_tempo${t}" --tempo "${t}"
     done
+    for f in "${speeds[@]}"; do
+        ${python} local/speed_perturb.py --src "${datadir}/test" --dst "${datadir}/test_speed${f}" --factors "${f}" --keep_ids
+    done
 fi
 
 if [ "${stage}" -le 2 ] && [ "${stop_stage}" -ge 2 ]; then
-    log "Stage 2: speed perturbation: not used in this recipe"
+    if [ -n "${speed_perturb_factors}" ]; then
+        log "Stage 2: speed perturbation ${speed_perturb_factors}: ${datadir}/train -> ${datadir}/${train_set}"
+        rm -rf "${datadir:?}/${train_set}"
+        ${python} local/speed_perturb.py --src "${datadir}/train" --dst "${datadir}/${train_set}" --factors ${speed_perturb_factors}
+    else
+        log "Stage 2: speed perturbation: off (--speed_perturb_factors)"
+    fi
 fi
 
 if [ "${stage}" -le 3 ] && [ "${stop_stage}" -ge 3 ]; then

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -121,7 +121,9 @@ class DynResFrontend(AbsFrontend):
     (applied by the sampler's plan; needs ``batch_type: dynres``) and
     ``target_frame_rate_hz`` (the mean rate a batch aims at, Hz; omitted: the
     standard rate, i.e. each batch gets its mean standard frame count; lower
-    targets cost fewer encoder frames, measured in ``docs/experiments/frame_rate_lever.md``)
+    targets cost fewer encoder frames, measured in ``docs/experiments/frame_rate_lever.md``),
+    ``target_frame_rate_range_hz`` (``[lo, hi]`` Hz: each training batch of the sampler's plan
+    aims at a rate drawn from it; needs ``batch_type: dynres``)
     configure the
     :class:`FrameRatePolicy` shared with the sampler.  The rest of DefaultFrontend's
     parameters are accepted where they change nothing (``center: true``,
@@ -201,6 +203,7 @@ class DynResFrontend(AbsFrontend):
         curriculum_epochs: int = 0,
         target_frame_rate_hz: Optional[float] = None,
         eval_frame_rate_hz: Optional[float] = None,
+        target_frame_rate_range_hz: Optional[Sequence[float]] = None,
         method: str = "hop",
         resample_filterbank: str = "original",
         resample_grid_hz: Optional[int] = None,
@@ -236,6 +239,8 @@ class DynResFrontend(AbsFrontend):
             curriculum_epochs=curriculum_epochs,
             target_frame_rate_hz=None if target_frame_rate_hz is None else float(target_frame_rate_hz),
             eval_frame_rate_hz=None if eval_frame_rate_hz is None else float(eval_frame_rate_hz),
+            target_frame_rate_range_hz=(None if target_frame_rate_range_hz is None
+                                        else tuple(target_frame_rate_range_hz)),
         )
         self.fs = fs
         self.n_fft = n_fft
