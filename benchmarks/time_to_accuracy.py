@@ -245,7 +245,8 @@ def run_recipe(args, tag: str, stages: str, extra: List[str], log: Path, rotatio
     a, b = stages.split("-")
     cmd = ["bash", "run.sh", "--stage", a, "--stop_stage", b, "--ngpu", str(args.ngpu), "--num_train",
            str(args.num_train), "--datadir", str(args.datadir), "--dumpdir", str(args.dumpdir), "--expdir",
-           str(args.expdir), "--asr_tag", tag, "--python", sys.executable] + extra
+           str(args.expdir), "--asr_tag", tag, "--python", sys.executable] + shlex.split(
+               getattr(args, "recipe_args", "") or "") + extra
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     code, peak_kib = run_measured(cmd, args.recipe_dir, env, log, rotation)
     if code != 0:
@@ -343,6 +344,26 @@ def encoder_frames_per_epoch(args, config: Path, epoch: int = 1, seed: Optional[
     return {"batches": summary["num_batches"], "frames": summary["total_frames"] + summary.get("padded_frames", 0)}
 
 
+def sub_epoch_frames(audits: List[Dict[str, float]], iters: int, num_epochs: int) -> List[float]:
+    """Encoder frames of each of ``num_epochs`` "epochs" of ``iters`` steps (ESPnet's
+    ``--num_iters_per_epoch``), which run through the passes over the data one after the other:
+    ``audits`` per pass (``batches``, ``frames``; the last one repeats if more are needed), each
+    step of a pass counted at that pass's mean frames per batch."""
+    out, pass_i, used = [], 0, 0  # used: steps of pass pass_i already taken
+    for _ in range(num_epochs):
+        need, frames = iters, 0.0
+        while need > 0:
+            a = audits[min(pass_i, len(audits) - 1)]
+            take = min(need, int(a["batches"]) - used)
+            frames += take * a["frames"] / a["batches"]
+            need -= take
+            used += take
+            if used == a["batches"]:
+                pass_i, used = pass_i + 1, 0
+        out.append(frames)
+    return out
+
+
 def eval_device(args) -> str:
     """Where checkpoints are evaluated: ``"cuda"`` when the arms train on GPUs (``--ngpu`` > 0), else ``"cpu"``."""
     return "cuda" if getattr(args, "ngpu", 0) > 0 else "cpu"
@@ -402,14 +423,21 @@ def report(args, arms: Dict[str, Path]) -> dict:
         extra = shlex.split(args.asr_args)
         batch_type = (extra[extra.index("--batch_type") + 1] if "--batch_type" in extra[:-1]
                       else (yaml.safe_load(Path(config).read_text()) or {}).get("batch_type"))
+        iters = (int(extra[extra.index("--num_iters_per_epoch") + 1])
+                 if "--num_iters_per_epoch" in extra[:-1] else None)
         for seed in args.seeds:
             # ESPnet's samplers give the same batches every epoch: one audit. The dynres plan is redrawn
             # from (seed, epoch) and, under curriculum_epochs, cheaper in the first epochs: audit each.
+            # Under --num_iters_per_epoch an "epoch" is that many steps of the passes over the data.
             if batch_type == "dynres":
-                audits = [encoder_frames_per_epoch(args, config, e, seed) for e in range(1, args.max_epoch + 1)]
+                audits, total = [], 0
+                while len(audits) < args.max_epoch or (iters and total < iters * args.max_epoch):
+                    audits.append(encoder_frames_per_epoch(args, config, len(audits) + 1, seed))
+                    total += audits[-1]["batches"]
             else:
                 audits = [encoder_frames_per_epoch(args, config, seed=seed)] * args.max_epoch
-            per_epoch = [a["frames"] for a in audits]
+            per_epoch = ([a["frames"] for a in audits] if iters is None
+                         else sub_epoch_frames(audits, iters, args.max_epoch))
             tag = arm_tag(args, arm, seed)
             exp_dir = args.expdir / f"asr_{tag}"
             run = tc.read_run(tag, exp_dir)
@@ -866,7 +894,11 @@ def get_parser() -> argparse.ArgumentParser:
                         "reported as well")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--max_epoch", type=int, default=5)
-    p.add_argument("--asr_args", default="", help="extra training arguments for every arm")
+    p.add_argument("--asr_args", default="", help="extra training arguments for every arm (with "
+                   "--num_iters_per_epoch N an epoch is N steps: its frames are counted so)")
+    p.add_argument("--recipe_args", default="",
+                   help="extra run.sh options for every stage of every arm, e.g. "
+                        "\"--speed_perturb_factors '0.9 1.0 1.1'\" (then --stats_dir asr_stats_raw_word_sp)")
     p.add_argument("--parallel", type=int, default=2, help="trainings at once")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per training")
     p.add_argument("--rotate_cpus_sec", type=float, default=0.0,

@@ -5,9 +5,15 @@ Importing this package registers five names with ESPnet's ASR task: ``frontend: 
 (see :mod:`espnet_dynres.registration`).
 """
 
-from espnet_dynres.registration import register
+import contextlib as _contextlib
+import sys as _sys
 
-register()
+# ESPnet prints notices on import (e.g. "Failed to import Flash Attention"); they go to stderr,
+# so that a tool's standard output (``audit_batches --json -``) holds only what the tool writes.
+with _contextlib.redirect_stdout(_sys.stderr):
+    from espnet_dynres.registration import register
+
+    register()
 
 __version__ = "0.1.0"
 __all__ = ["register", "__version__"]

@@ -67,6 +67,10 @@ def test_8k_rates_are_rates_and_hops_are_samples():
         (dict(fs=-1), "fs"),
         (dict(target_frame_rate_hz=60.0), "target_frame_rate_hz"),
         (dict(target_frame_rate_hz=140.0), "target_frame_rate_hz"),
+        (dict(target_frame_rate_range_hz=(60.0, 120.0)), "target_frame_rate_range_hz"),
+        (dict(target_frame_rate_range_hz=(110.0, 90.0)), "target_frame_rate_range_hz"),
+        (dict(target_frame_rate_range_hz=(90.0,)), "target_frame_rate_range_hz"),
+        (dict(target_frame_rate_range_hz=(80.0, 120.0), target_frame_rate_hz=90.0), "keep one of them"),
     ],
 )
 def test_invalid_settings_are_rejected_with_the_key_named(kwargs, match):

@@ -437,3 +437,24 @@ def test_eval_rate_variant_is_the_trained_arm_validated_and_scored_at_its_rate(t
     for bad in ("E80=F:80", "E80=E", "E80=E:zero", "=E:80"):
         with pytest.raises(SystemExit, match="NAME=ARM:RATE_HZ"):
             tta.parse_eval_rate_variants([bad], arms)
+
+
+def test_short_epochs_count_the_steps_they_take_from_each_pass():
+    """--num_iters_per_epoch N: an epoch is N steps, running through the passes over the data one after
+    the other; its frames are those steps' share of each pass."""
+    tta = load()
+    assert tta.sub_epoch_frames([{"batches": 10, "frames": 100.0}], 4, 5) == [40.0] * 5
+    passes = [{"batches": 9, "frames": 90.0}, {"batches": 3, "frames": 60.0}]
+    assert tta.sub_epoch_frames(passes, 4, 3) == [40.0, 40.0, 10.0 + 3 * 20.0]
+    assert sum(tta.sub_epoch_frames([{"batches": 6, "frames": 60.0}], 2, 9)) == pytest.approx(3 * 60.0)
+
+
+def test_recipe_args_reach_every_run_sh_call(tmp_path, monkeypatch):
+    tta = load()
+    seen = []
+    monkeypatch.setattr(tta, "run_measured", lambda cmd, cwd, env, log, rotation: (seen.append(cmd), (0, 0))[1])
+    args = tta.get_parser().parse_args(["--out_dir", str(tmp_path), "--datadir", "d", "--dumpdir", "u", "--expdir", "e",
+                           "--arm", "a=x.yaml", "--recipe_args", "--speed_perturb_factors '0.9 1.0 1.1'"])
+    tta.run_recipe(args, "a_s0", "11-11", ["--asr_config", "x.yaml"], tmp_path / "log")
+    cmd = seen[0]
+    assert cmd[cmd.index("--speed_perturb_factors") + 1] == "0.9 1.0 1.1" and cmd[-2:] == ["--asr_config", "x.yaml"]
