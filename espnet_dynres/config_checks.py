@@ -8,6 +8,8 @@ typos in ``*_conf``                          :func:`check_task_conf_keys`       
 options the chosen sampler/model ignores     :func:`check_sampler_arguments`             model and iterator build
 dynres switches with ``model: espnet``       :func:`check_model`                         (:func:`check_sampler_arguments`)
 dynres switches with extracted features      :func:`check_raw_audio_switches`            (:func:`check_sampler_arguments`)
+dynres sampler without the dynres frontend   :func:`check_frontend_pairing`              (:func:`check_sampler_arguments`)
+``specaug: specaug`` in frames beside it     :func:`check_frontend_pairing`              (warning)
 ``feats_stats.npz`` of another size          :func:`check_normalize_stats`               ``model: token_normalized``
 ``grad_clip`` for the per-token loss         :func:`check_token_normalized_grad_clip`    model build (warning)
 ===========================================  ==========================================  ================
@@ -212,12 +214,56 @@ def check_sampler_arguments(args: argparse.Namespace) -> None:
             f"frontend_conf curriculum_epochs: {curriculum} is applied by the dynres sampler's plan, but batch_type "
             f"is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove curriculum_epochs."
         )
+    check_frontend_pairing(args)
     drawn = (getattr(args, "frontend_conf", None) or {}).get("target_frame_rate_range_hz")
     if getattr(args, "frontend", None) == "dynres" and drawn is not None and getattr(args, "batch_type", None) != "dynres":
         raise ValueError(
             f"frontend_conf target_frame_rate_range_hz: {drawn} is drawn per batch by the dynres sampler's plan, but "
             f"batch_type is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove "
             "target_frame_rate_range_hz."
+        )
+
+
+class SpecAugFrameRateWarning(UserWarning):
+    """``specaug: specaug`` beside ``frontend: dynres``: time masks and warps in frames, not seconds."""
+
+
+def check_frontend_pairing(args: argparse.Namespace) -> None:
+    """The dynres sampler's plan needs the dynres frontend; the dynres frontend wants ``specaug: dynres``.
+
+    Raises:
+        ValueError: ``batch_type`` or ``valid_batch_type`` ``dynres`` with a frontend other than
+            ``dynres`` on raw audio (its plan of frame rates would be computed by nothing; the
+            frontend's ``frontend_conf`` would also refuse the rate keys as unknown).
+
+    Warns:
+        SpecAugFrameRateWarning: ``frontend: dynres`` with ESPnet's ``specaug: specaug`` and a time warp
+            (ESPnet's default) or ``time_mask_width_range`` (frames): counted in frames, at each
+            utterance's own frame rate they cover other durations (``specaug: dynres`` keeps them
+            in seconds; masks given by ``time_mask_width_ratio_range`` are fractions of the
+            utterance, the same at any rate).
+    """
+    frontend = getattr(args, "frontend", None)
+    if getattr(args, "input_size", None) is not None:
+        return  # extracted features: check_raw_audio_switches names the switches
+    for key in ("batch_type", "valid_batch_type"):
+        if getattr(args, key, None) == "dynres" and frontend != "dynres":
+            raise ValueError(
+                f"{key}: dynres plans a frame rate for every utterance, which only frontend: dynres computes; "
+                f"got frontend: {frontend}. Set frontend: dynres (it takes DefaultFrontend's frontend_conf keys, "
+                "which mean the same), or use ESPnet's batch_type: numel."
+            )
+    conf = getattr(args, "specaug_conf", None) or {}
+    in_frames = [k for k in ("apply_time_warp", "time_mask_width_range")
+                 if (conf.get(k, True) if k == "apply_time_warp" else conf.get(k) is not None)]
+    if frontend == "dynres" and getattr(args, "specaug", None) == "specaug" and in_frames:
+        warnings.warn(
+            "frontend: dynres gives utterances different frame rates, but specaug: specaug counts "
+            f"{' and '.join(in_frames)} in frames (ESPnet's apply_time_warp defaults to true), so they cover "
+            "different durations at each rate; set specaug: dynres (the same specaug_conf keys, masks and warps "
+            "kept in seconds).",
+            SpecAugFrameRateWarning,
+            stacklevel=2,
         )
 
 

@@ -87,3 +87,33 @@ def test_feats_stats_of_another_dimension_fails_at_model_build(tmp_path):
         build_tiny_model(normalize="global_mvn", normalize_conf={"stats_file": str(stats)})
     np.savez(stats, count=np.array(100), sum=np.zeros(20), sum_square=np.full(20, 100.0))
     build_tiny_model(normalize="global_mvn", normalize_conf={"stats_file": str(stats)})
+
+
+def test_the_dynres_sampler_without_the_dynres_frontend_names_the_switch_not_a_key():
+    import argparse
+
+    from espnet_dynres.config_checks import check_frontend_pairing
+
+    args = argparse.Namespace(batch_type="dynres", frontend="default", input_size=None,
+                              frontend_conf={"min_frame_rate_hz": 70})
+    with pytest.raises(ValueError, match="batch_type: dynres plans a frame rate .* got frontend: default. Set "
+                                         "frontend: dynres"):
+        check_frontend_pairing(args)
+
+
+def test_stock_specaug_in_frames_beside_the_dynres_frontend_warns():
+    import argparse
+    import warnings
+
+    from espnet_dynres.config_checks import SpecAugFrameRateWarning, check_frontend_pairing
+
+    def warned(conf):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            check_frontend_pairing(argparse.Namespace(batch_type="dynres", frontend="dynres", specaug="specaug",
+                                                      specaug_conf=conf))
+        return [w for w in seen if issubclass(w.category, SpecAugFrameRateWarning)]
+
+    assert warned({}) and "apply_time_warp" in str(warned({})[0].message)  # ESPnet's default warps in frames
+    assert warned({"apply_time_warp": False, "time_mask_width_range": [0, 40]})
+    assert not warned({"apply_time_warp": False, "time_mask_width_ratio_range": [0.0, 0.05]})  # fractions

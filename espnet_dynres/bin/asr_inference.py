@@ -244,11 +244,26 @@ def checked_decoding(max_segment_sec: Optional[float] = Speech2Text.default_max_
         espnet_asr_inference.Speech2Text, espnet_asr_inference.ASRTask = saved
 
 
+MAX_SEGMENT_HELP = ("decode an utterance longer than this many seconds in segments that end at pauses "
+                    "(the segments' 1-best joined); 0 = never segment")
+
+
+def get_parser() -> argparse.ArgumentParser:
+    """ESPnet's ``asr_inference`` parser plus ``--max_segment_sec`` (so ``--help`` lists it)."""
+    parser = espnet_asr_inference.get_parser()
+    group = parser.add_argument_group("espnet_dynres")
+    group.add_argument("--max_segment_sec", type=float, default=Speech2Text.default_max_segment_sec,
+                       help=MAX_SEGMENT_HELP)
+    return parser
+
+
 def main(cmd: Optional[Sequence[str]] = None) -> None:
     """ESPnet's ``asr_inference`` main with the checks above, plus ``--max_segment_sec`` (s; 0 = off)."""
+    argv = sys.argv[1:] if cmd is None else list(cmd)
+    get_parser().parse_args(argv)  # --help, and errors naming every option, ours included
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--max_segment_sec", type=float, default=Speech2Text.default_max_segment_sec)
-    known, rest = extra.parse_known_args(sys.argv[1:] if cmd is None else list(cmd))
+    known, rest = extra.parse_known_args(argv)
     args = espnet_asr_inference.get_parser().parse_args(rest)
     check_inference_audio(args.data_path_and_name_and_type, args.key_file, model_fs_hz(args.asr_train_config))
     with checked_decoding(known.max_segment_sec or None):
