@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 bash install.sh
 cd egs2/fsdd_digits/asr1
-exec ./run.sh --results_readme README.md "$@"
+exec ./run.sh "$@"  # RESULTS in ESPnet's format: exp/asr_<tag>/RESULTS.md (the tracked README stays as it is)

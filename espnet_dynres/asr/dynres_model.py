@@ -144,7 +144,10 @@ class DynResASRModel(ESPnetASRModel):
 
         Returns:
             ESPnet's ``(loss, stats, weight)``, plus stats ``frame_rate_fallback``
-            and ``below_clamp`` with the ``dynres`` frontend.
+            and ``below_clamp`` with the ``dynres`` frontend, and in training the batch's frame
+            rates (:meth:`frame_rate_stats`: ``frame_rate_hz``, ``at_min_frame_rate``,
+            ``at_max_frame_rate``, ``padded_batch``), which ESPnet's trainer averages per epoch
+            in ``train.log`` and plots in ``<exp>/images``.
 
         Raises:
             ValueError: ``speech_frames`` given with a frontend other than ``dynres``,
@@ -167,16 +170,20 @@ class DynResASRModel(ESPnetASRModel):
         self._speech_frames = speech_frames
         self._fallback = None
         self._below_clamp = None
+        self._frame_stats = None
         try:
             loss, stats, weight = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
             if self._fallback is not None:
                 stats["frame_rate_fallback"] = torch.tensor([float(self._fallback)], device=loss.device)
             if self._below_clamp is not None:
                 stats["below_clamp"] = torch.tensor([float(self._below_clamp)], device=loss.device)
+            for name, value in (self._frame_stats or {}).items():
+                stats[name] = torch.tensor([float(value)], device=loss.device)
         finally:
             self._speech_frames = None
             self._fallback = None
             self._below_clamp = None
+            self._frame_stats = None
         return loss, stats, weight
 
     def frontend_features(
@@ -205,7 +212,37 @@ class DynResASRModel(ESPnetASRModel):
             policy = self.frontend.policy
             ratios = out.frame_rates_hz / policy.standard_frame_rate_hz  # (B,)
             self._below_clamp = int(policy.below_clamp(speech_lengths.tolist(), out.feats_lengths.tolist()).sum())
+        if self.training:
+            self._frame_stats = self.frame_rate_stats(speech_lengths, out.feats_lengths, out.frame_rates_hz)
         return out.feats, out.feats_lengths, ratios
+
+    def frame_rate_stats(
+        self, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor, frame_rates_hz: Optional[torch.Tensor]
+    ) -> Dict[str, float]:
+        """A training batch's frame-rate figures (ESPnet averages them per epoch, weighted by the batch weight).
+
+        Args:
+            speech_lengths: ``(B,)`` int64 samples; feats_lengths ``(B,)`` int64 frames computed.
+            frame_rates_hz: ``(B,)`` Hz per utterance, or ``None`` (a fallback batch, at the standard rate).
+
+        Returns:
+            ``frame_rate_hz``: the mean rate of its utterances (Hz); ``at_min_frame_rate`` /
+            ``at_max_frame_rate``: the share of its utterances at the clamp's lowest / highest frame
+            count (:meth:`FrameRatePolicy.frame_count_ranges`); ``padded_batch``: 1 when its
+            utterances have different frame counts (a padded or fallback batch), else 0.
+        """
+        policy = self.frontend.policy
+        n = speech_lengths.tolist()
+        t = feats_lengths.tolist()
+        lo, hi = policy.frame_count_ranges(n)
+        rate = (policy.standard_frame_rate_hz if frame_rates_hz is None
+                else float(frame_rates_hz.double().mean()))
+        return {
+            "frame_rate_hz": rate,
+            "at_min_frame_rate": sum(a == b for a, b in zip(t, lo.tolist())) / len(t),
+            "at_max_frame_rate": sum(a == b for a, b in zip(t, hi.tolist())) / len(t),
+            "padded_batch": float(min(t) != max(t)),
+        }
 
     def _extract_feats(
         self, speech: torch.Tensor, speech_lengths: torch.Tensor

@@ -180,3 +180,24 @@ def test_espnets_loss_on_the_dynres_iterators_batches_computes_the_planned_frame
             rule[epoch] = rule.get(epoch, 0) + int(model.frontend.frame_counts(batch["speech_lengths"])[0].sum())
     assert planned[3] == rule[3]  # after the curriculum: the policy's rule
     assert planned[1] < rule[1]  # epoch 1 of the curriculum: lower rates, carried by the plan alone
+
+
+@pytest.mark.parametrize("model_name", ["dynres", "token_normalized"])
+def test_a_training_step_reports_its_frame_rates_and_validation_does_not(batch, model_name):
+    """ESPnet's trainer averages the stats per epoch in train.log and plots each in <exp>/images."""
+    speech, lengths, text, text_lengths = batch
+    model = build_tiny_model(model=model_name).train()
+    policy = model.frontend.policy
+    lo = max(policy.frame_count_range(int(n))[0] for n in lengths)  # the longest member at the clamp's low end
+    _, stats, _ = model(speech, lengths, text.clone(), text_lengths, speech_frames=torch.full((3,), lo))
+    rates = [policy.frame_rate_hz(int(n), lo) for n in lengths]
+    assert float(stats["frame_rate_hz"]) == pytest.approx(sum(rates) / 3, rel=1e-6)
+    lows = sum(policy.frame_count_range(int(n))[0] == lo for n in lengths)
+    assert float(stats["at_min_frame_rate"]) == pytest.approx(lows / 3) and lows >= 1
+    assert float(stats["at_max_frame_rate"]) == 0.0 and float(stats["padded_batch"]) == 0.0
+    _, stats, _ = model(speech, lengths, text.clone(), text_lengths, speech_frames=torch.tensor(
+        [policy.frame_count_range(int(n))[0] for n in lengths]))  # each at its own lowest count: padded
+    assert float(stats["padded_batch"]) == 1.0
+    with torch.no_grad():
+        _, stats, _ = model.eval()(speech, lengths, text.clone(), text_lengths)
+    assert "frame_rate_hz" not in stats

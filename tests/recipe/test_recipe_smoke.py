@@ -43,6 +43,18 @@ def test_all_stages_on_a_small_subset(tmp_path):
     packed = exp / "train_asr_conformer_dynres_ci_packed.zip"
     assert "feats_stats.npz" in " ".join(zipfile.ZipFile(packed).namelist())
     assert "REF:" in out.stdout and "HYP:" in out.stdout  # decode_packed.py ran
+    # Training reported its frame rates per epoch (train.log) and ESPnet plotted them.
+    assert re.search(r"\[train\].*frame_rate_hz=.*at_min_frame_rate=.*at_max_frame_rate=.*padded_batch=", train_log)
+    assert (exp / "images" / "frame_rate_hz.png").is_file()
+
+    # The main job's command scores into the experiment and prints RESULTS, leaving the tracked
+    # recipe README as it is (a user's checkout stays clean).
+    readme = (RECIPE_DIR / "README.md").read_bytes()
+    again = subprocess.run(["bash", str(RECIPE_DIR.parents[2] / "run_main.sh"), *cmd[2:], "--stage", "13",
+                            "--stop_stage", "13"], capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert (RECIPE_DIR / "README.md").read_bytes() == readme
+    assert "|dataset|Snt|Wrd|Corr|Sub|Del|Ins|Err|S.Err|" in again.stdout and (exp / "RESULTS.md").is_file()
 
 
 @pytest.mark.slow

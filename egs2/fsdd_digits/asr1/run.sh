@@ -283,8 +283,9 @@ if [ "${stage}" -le 13 ] && [ "${stop_stage}" -ge 13 ]; then
             --utt2dur "${datadir}/${dset}/utt2dur" --out_dir "${_dir}/score" --name "${dset}"
         log "  details: ${_dir}/score/result.txt, per utterance: ${_dir}/score/per_utt.tsv"
     done
-    ${python} local/write_results.py --exp "${asr_exp}" --decode_dir "${asr_exp}/${inference_tag}" \
-        --sets ${test_sets} ${results_readme:+--readme "${results_readme}"} > /dev/null
+    results=$(${python} local/write_results.py --exp "${asr_exp}" --decode_dir "${asr_exp}/${inference_tag}" \
+        --sets ${test_sets} ${results_readme:+--readme "${results_readme}"})
+    printf '%s\n' "${results}" | grep '^|' || true  # the tables (WER, CER); the file has the environment too
     log "  RESULTS (ESPnet's format): ${asr_exp}/RESULTS.md${results_readme:+ and ${results_readme}}"
 fi
 
