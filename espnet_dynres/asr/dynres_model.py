@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -115,12 +116,32 @@ class DynResASRModel(ESPnetASRModel):
         leaving_training = self.training and not mode
         super().train(mode)
         restat = getattr(self, "_batchnorm_restat", None)  # None while ESPnet's __init__ runs
-        if leaving_training and restat is not None and len(restat):
+        if leaving_training and restat is not None:
             device = next(self.parameters()).device
-            restat.restat(self.encode, batchnorm_layers(self), self.batchnorm_restat_budget, device=device,
-                          blocks=encoder_blocks(self))
+            if self._every_rank_has_a_sample(len(restat) > 0, device):
+                restat.restat(self.encode, batchnorm_layers(self), self.batchnorm_restat_budget, device=device,
+                              blocks=encoder_blocks(self))
             restat.clear()
         return self
+
+    @staticmethod
+    def _every_rank_has_a_sample(has_sample: bool, device: torch.device) -> bool:
+        """Whether the re-estimate runs: on one process, when its sample is not empty; under
+        ``torch.distributed``, only when every rank's is not (one ``all_reduce`` of a flag, on every
+        rank, as every rank leaves training together), since the re-estimate adds its sums over
+        all ranks once per layer and a rank without a sample would leave the others waiting.
+        When some rank has none, no rank re-estimates and a warning says so."""
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return has_sample
+        flags = torch.tensor([int(has_sample), 1], dtype=torch.long, device=device)  # (mine, ranks)
+        everyone = flags.clone()
+        torch.distributed.all_reduce(everyone)  # sum: ranks with a sample, world size
+        if 0 < int(everyone[0]) < int(everyone[1]):
+            logging.warning(
+                "BatchNorm re-estimate skipped before this evaluation: %d of %d ranks have no training "
+                "utterance in their sample (no step on them this epoch); the statistics stay as trained.",
+                int(everyone[1] - everyone[0]), int(everyone[1]))
+        return int(everyone[0]) == int(everyone[1])
 
     def forward(
         self,

@@ -306,6 +306,7 @@ def _ddp_worker(rank: int, init_file: str, out_dir: str, batch) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_under_ddp_the_statistics_are_those_of_every_ranks_sample(batch, tmp_path):
     """Two gloo processes, each with half the batch, end with the statistics of the whole sample."""
     import torch.multiprocessing as mp
@@ -413,3 +414,35 @@ def test_a_chain_broken_by_interctc_conditioning_falls_back_to_one_pass_per_laye
     _, (blockwise, per_layer) = _restat_both_ways(model, batch, encoder_blocks)
     for (ma, va), (mb, vb) in zip(blockwise, per_layer):
         assert torch.equal(ma, mb) and torch.equal(va, vb)
+
+
+def _uneven_worker(rank: int, init_file: str, out_dir: str, batch) -> None:
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    import espnet_dynres  # noqa: F401  (registers the plugin's names in this process)
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
+    model = build_tiny_model(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=8))
+    if rank == 0:  # only rank 0 had a training step this epoch: rank 1's sample is empty
+        speech, lengths, text, text_lengths = batch
+        model.train()(speech, lengths, text.clone(), text_lengths)
+    before = [bn.running_var.clone() for bn in batchnorms(model)]  # as trained
+    model.eval()  # every rank leaves training together, as before validation
+    unchanged = all(torch.equal(a, bn.running_var) for a, bn in zip(before, batchnorms(model)))
+    torch.save(unchanged, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_under_ddp_a_rank_without_a_sample_skips_the_re_estimate_on_every_rank(batch, tmp_path):
+    """The re-estimate adds its sums over the ranks once per layer: a rank with an empty sample must not
+    leave the others waiting. The decision is collective: no rank re-estimates, and none hangs."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_uneven_worker, args=(str(tmp_path / "init"), str(tmp_path), batch), nprocs=2, join=True)
+    assert torch.load(tmp_path / "rank0.pt") is True and torch.load(tmp_path / "rank1.pt") is True
