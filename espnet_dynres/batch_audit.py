@@ -551,6 +551,68 @@ def mean_audio_per_batch_sec(batches: Sequence[Sequence[str]], utt2samples: Dict
     return sum(utt2samples[k] for b in batches for k in b) / float(fs_hz) / len(batches)
 
 
+def budget_figures(batches: Sequence[Sequence[str]], utt2samples: Dict[str, int], fs_hz: int, hop_length: int,
+                   planned_utt_frames: Optional[Sequence[Sequence[int]]] = None) -> Dict[str, float]:
+    """Audio and feature frames per batch, as memory sees them: ``mean_audio_sec``, ``max_audio_sec``
+    (seconds of audio per batch), ``mean_frames``, ``max_frames`` (``B × T`` encoder input frames,
+    padding included: the longest member's count times ``B``).
+
+    Args:
+        batches: the batches (utterance ids).
+        utt2samples: samples per utterance; fs_hz: their sampling rate.
+        hop_length: the standard frame shift (samples), for batches without a plan (ESPnet's
+            samplers: every member at the standard rate, padded to the longest).
+        planned_utt_frames: the dynres plan's frames per member, batch by batch, or ``None``.
+
+    Raises:
+        ValueError: no batches.
+    """
+    if not batches:
+        raise ValueError("no batches")
+    audio = [sum(utt2samples[k] for k in b) / float(fs_hz) for b in batches]
+    if planned_utt_frames is None:
+        frames = [len(b) * int(standard_frame_counts([utt2samples[k] for k in b], hop_length).max()) for b in batches]
+    else:
+        frames = [len(f) * max(f) for f in planned_utt_frames]
+    return {"mean_audio_sec": float(np.mean(audio)), "max_audio_sec": float(max(audio)),
+            "mean_frames": float(np.mean(frames)), "max_frames": float(max(frames))}
+
+
+def fullest_batch_frames(sampler, epochs: Sequence[int]) -> int:
+    """The most ``B × T`` frames (padding included) of any batch of the dynres plans of ``epochs``."""
+    return max(len(f) * max(f) for e in epochs for f in sampler.utt_frames_for_epoch(e))
+
+
+def memory_safe_batch_bins(sampler, max_frames: int, epochs: Sequence[int] = (1, 2)) -> int:
+    """The largest dynres ``batch_bins`` whose fullest batch over ``epochs`` holds at most ``max_frames``
+    ``B × T`` frames (e.g. the fullest batch of the ``numel`` config a user tuned to fit memory).
+
+    A dynres batch never exceeds ``batch_bins`` frames (oversized utterances aside), so ``max_frames``
+    itself qualifies; a larger value qualifies while the plan's batches stay under ``max_frames``
+    (bisection between ``max_frames`` and ``1.5 × max_frames``, each candidate planned in full).
+
+    Raises:
+        ValueError: ``max_frames < 1``.
+    """
+    import logging
+
+    if max_frames < 1:
+        raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        lo, hi = int(max_frames), int(1.5 * max_frames) + 1  # lo fits, hi is the first value not tried
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fullest_batch_frames(sampler.with_batch_bins(mid), epochs) <= max_frames:
+                lo = mid
+            else:
+                hi = mid
+    finally:
+        logging.disable(previous)
+    return lo
+
+
 def dynres_batch_bins_for_audio(sampler, audio_sec: float, epoch: int = 1, iterations: int = 4) -> int:
     """The dynres ``batch_bins`` whose epoch-``epoch`` plan has ``audio_sec`` of audio per batch on average.
 

@@ -13,10 +13,12 @@ Examples (recipe shape files)::
     python -m espnet_dynres.bin.audit_batches --batch_type numel --batch_bins 320000 \\
         --speech_shape exp/asr_stats_raw_word/train/speech_shape \\
         --text_shape exp/asr_stats_raw_word/train/text_shape.word --plot numel.png
-    python -m espnet_dynres.bin.audit_batches --batch_type dynres --batch_bins 2000 \\
+    python -m espnet_dynres.bin.audit_batches --batch_type dynres --batch_bins 7200 \\
         --fs 16000 --hop_length 160 --min_frame_rate_hz 70 --max_frame_rate_hz 130 \\
         --speech_shape exp/asr_stats_raw_word/train/speech_shape \\
         --text_shape exp/asr_stats_raw_word/train/text_shape.word --plot dynres.png
+    python -m espnet_dynres.bin.audit_batches --config dynres.yaml --match numel.yaml \\
+        --speech_shape exp/asr_stats_raw_word/train/speech_shape      # which batch_bins?
 
 ``--config train.yaml`` takes the sampler options and the frame-rate settings from a
 training config (``batch_type``, ``batch_bins``, ``batch_size``, ``max_batch_size``,
@@ -47,7 +49,7 @@ import numpy as np
 
 from espnet_dynres.batch_audit import (
     BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches,
-    dynres_batch_bins_for_audio, mean_audio_per_batch_sec, read_shape_table,
+    budget_figures, dynres_batch_bins_for_audio, memory_safe_batch_bins, read_shape_table,
 )
 
 
@@ -103,8 +105,11 @@ def get_parser() -> argparse.ArgumentParser:
     c.add_argument("--bpemodel", default=None, help="sentencepiece model (default: the --config's)")
     c.add_argument("--cleaner", default=None, help="text cleaner (default: the --config's, else none)")
     p.add_argument("--match", default=None, metavar="REFERENCE.yaml",
-                   help="dynres: also print the batch_bins whose batches hold the same mean audio per step as this "
-                        "reference training config's (e.g. a numel config) on the same shape files")
+                   help="dynres: compare with this reference training config (e.g. your numel config) on the same "
+                        "shape files (mean and largest audio and frames per batch) and suggest a batch_bins: the one "
+                        "with the reference's mean audio per step, lowered if needed so that its largest batch holds "
+                        "no more B x T frames than the reference's largest (memory); both values are printed. "
+                        "Without --batch_bins the audit then shows the suggested value")
     o = p.add_argument_group("output")
     o.add_argument("--plot", default=None, help="write a PNG plot here")
     o.add_argument("--dump_batches", default=None, metavar="FILE.json",
@@ -260,8 +265,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _audit(args, stdout)
 
 
-def reference_audio_per_batch(reference: str, args: argparse.Namespace) -> float:
-    """Mean audio seconds per batch that the training config ``reference`` plans on the audited shape files."""
+def reference_budget(reference: str, args: argparse.Namespace) -> Dict[str, float]:
+    """:func:`~espnet_dynres.batch_audit.budget_figures` of the batches the training config ``reference`` plans
+    on the audited shape files (mean and largest audio and ``B × T`` frames per batch)."""
+    if not Path(reference).is_file():
+        raise SystemExit(f"--match {reference}: no such file; give the reference training config (YAML)")
     ref = parse_args([a for a in ["--config", reference, "--speech_shape", args.speech_shape]
                       + (["--text_shape", args.text_shape] if args.text_shape else [])])
     policy = build_policy(ref) if ref.batch_type == "dynres" else None
@@ -272,8 +280,11 @@ def reference_audio_per_batch(reference: str, args: argparse.Namespace) -> float
                           min_batch_size=ref.min_batch_size, policy=policy, max_batch_size=ref.max_batch_size,
                           seed=ref.seed, shuffle_jitter=ref.shuffle_jitter, batch_fill=ref.batch_fill)
     table = read_shape_table(args.speech_shape)
-    fs = policy.fs if policy else (ref.fs or 16000)
-    return mean_audio_per_batch_sec(built.epoch1, dict(zip(table.keys, table.num_samples.tolist())), fs)
+    fs = policy.fs if policy else (args.fs or ref.fs or 16000)
+    hop = policy.hop_length if policy else (ref.hop_length or (ref.config_conf.get("frontend_conf") or {}).get(
+        "hop_length") or args.hop_length or 160)
+    return budget_figures(built.epoch1, dict(zip(table.keys, table.num_samples.tolist())), fs, hop,
+                          built.planned_utt_frames)
 
 
 def ctc_minimum(args: argparse.Namespace) -> Tuple[Optional[Dict[str, int]], str]:
@@ -323,16 +334,37 @@ def _audit(args: argparse.Namespace, stdout) -> int:
     policy = None
     batch_bins = args.batch_bins
     conf = args.config_conf
+    reference = None
+    if args.match and args.batch_type != "dynres":
+        raise SystemExit("--match suggests a dynres batch_bins: audit --batch_type dynres (or a dynres --config)")
     if args.batch_type == "dynres":
-        if batch_bins is None:
-            raise SystemExit("--batch_type dynres needs --batch_bins: the frame budget B x T (feature frames)")
         policy = build_policy(args)
+        if args.match:
+            reference = reference_budget(args.match, args)
+        if batch_bins is None and reference is None:
+            raise SystemExit("--batch_type dynres needs --batch_bins: the frame budget B x T (feature frames), or "
+                             "--match YOUR_NUMEL_CONFIG.yaml to have it suggested")
     elif batch_bins is None:
         batch_bins = 1000000  # ESPnet's default
 
     table = read_shape_table(args.speech_shape, args.text_shape)
     fold_lengths = args.fold_length if args.fold_length else [80000, 150]
     utt2min_frames, ctc_note = ctc_minimum(args) if args.batch_type == "dynres" else (None, None)
+    suggestion = None
+    if reference is not None:  # the suggested values, planned with training's settings
+        provisional = build_batches(
+            "dynres", args.speech_shape, args.text_shape, batch_bins=batch_bins or int(reference["max_frames"]),
+            sort_in_batch=args.sort_in_batch, sort_batch=args.sort_batch, min_batch_size=args.min_batch_size,
+            policy=policy, max_batch_size=args.max_batch_size, seed=args.seed, utt2min_frames=utt2min_frames,
+            shuffle_jitter=args.shuffle_jitter, batch_fill=args.batch_fill, epoch=args.epoch).sampler
+        safe = memory_safe_batch_bins(provisional, int(reference["max_frames"]), (args.epoch, args.epoch + 1))
+        mean_matched = dynres_batch_bins_for_audio(provisional, reference["mean_audio_sec"], args.epoch)
+        # The suggestion: the reference's mean audio per step, lowered where its largest batch would
+        # hold more B x T frames than the reference's largest (which the user sized for memory).
+        suggestion = {"batch_bins": min(safe, mean_matched), "batch_bins_memory_safe": safe,
+                      "batch_bins_mean_matched": mean_matched}
+        if batch_bins is None:
+            batch_bins = suggestion["batch_bins"]
     built = build_batches(
         args.batch_type,
         args.speech_shape,
@@ -384,17 +416,29 @@ def _audit(args: argparse.Namespace, stdout) -> int:
             "epoch": args.epoch, "batches": [list(b) for b in built.epoch1], "frames": built.planned_frames,
             "utt_frames": [list(f) for f in built.planned_utt_frames] if built.planned_utt_frames else None,
         }) + "\n")
-    if args.match:
-        if args.batch_type != "dynres":
-            raise SystemExit("--match suggests a dynres batch_bins: audit --batch_type dynres (or a dynres --config)")
-        if not Path(args.match).is_file():
-            raise SystemExit(f"--match {args.match}: no such file; give the reference training config (YAML)")
-        target = reference_audio_per_batch(args.match, args)
-        bins = dynres_batch_bins_for_audio(built.sampler, target, args.epoch)
-        summary["match"] = {"reference": str(args.match), "reference_audio_per_batch_sec": target,
-                            "batch_bins": bins}
-        print(f"match                 : batch_bins {bins} gives the mean audio per batch of {args.match} "
-              f"({target:.1f} s; this audit's batch_bins {args.batch_bins}: {audit.audio_sec.mean:.1f} s)")
+    if reference is not None:
+        summary["match"] = match = {"reference": str(args.match), "reference_figures": reference, **suggestion}
+        figures = {}
+        for name in ("batch_bins", "batch_bins_memory_safe", "batch_bins_mean_matched"):
+            sampler = built.sampler.with_batch_bins(suggestion[name])
+            figures[name] = budget_figures(sampler.batches_for_epoch(args.epoch), sampler.utt2samples, policy.fs,
+                                           policy.hop_length, sampler.utt_frames_for_epoch(args.epoch))
+        match["figures"] = figures
+        # Backward-compatible key: the mean audio per batch of the reference.
+        match["reference_audio_per_batch_sec"] = reference["mean_audio_sec"]
+
+        def line(f):
+            return (f"audio per batch mean {f['mean_audio_sec']:.1f} s, largest {f['max_audio_sec']:.1f} s; "
+                    f"frames per batch mean {f['mean_frames']:.0f}, largest {f['max_frames']:.0f}")
+
+        print(f"match reference       : {args.match}: {line(reference)}")
+        print(f"match, same mean audio: batch_bins {suggestion['batch_bins_mean_matched']}: "
+              f"{line(figures['batch_bins_mean_matched'])} (equal work per step on average)")
+        print(f"match, memory bound   : batch_bins {suggestion['batch_bins_memory_safe']}: "
+              f"{line(figures['batch_bins_memory_safe'])} (the largest value whose largest batch holds no more B x T "
+              "frames than the reference's largest)")
+        print(f"match, suggested      : batch_bins {suggestion['batch_bins']} (the smaller: the reference's mean "
+              "audio per step where it fits the reference's largest batch, else the memory bound)")
     if args.plot:
         plot_audit(audit, args.plot, policy=policy)
         print(f"plot                  : {args.plot}")

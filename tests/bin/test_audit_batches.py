@@ -163,9 +163,40 @@ def test_match_gives_the_dynres_budget_with_the_references_audio_per_step(tmp_pa
     assert main(["--batch_type", "numel", "--batch_bins", "320000"] + common) == 0
     numel_sec = json.loads(capsys.readouterr().out)["audio_sec"]["mean"]
     assert match["reference_audio_per_batch_sec"] == pytest.approx(numel_sec)
-    assert main(["--batch_type", "dynres", "--batch_bins", str(match["batch_bins"]), "--hop_length", "160"]
-                + common) == 0
+    assert match["reference_figures"]["mean_audio_sec"] == pytest.approx(numel_sec)
+    assert main(["--batch_type", "dynres", "--batch_bins", str(match["batch_bins_mean_matched"]), "--hop_length",
+                 "160"] + common) == 0
     assert json.loads(capsys.readouterr().out)["audio_sec"]["mean"] == pytest.approx(numel_sec, rel=0.1)
+
+
+def test_match_by_default_suggests_a_budget_whose_largest_batch_fits_the_references(tmp_path, shape_files, capsys):
+    """The mean-matched value can plan a fuller largest batch than the reference's (memory); the default
+    suggestion's largest batch holds no more B x T frames than the reference's largest, and the largest
+    value that does; it works without a placeholder batch_bins, auditing the suggested value."""
+    import yaml
+
+    reference = tmp_path / "numel.yaml"
+    reference.write_text(yaml.safe_dump({"batch_type": "numel", "batch_bins": 320000}))
+    assert main(["--batch_type", "dynres", "--hop_length", "160", "--match", str(reference), "--speech_shape",
+                 shape_files[0], "--text_shape", shape_files[1], "--json", "-"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    match = out["match"]
+    largest = match["reference_figures"]["max_frames"]
+    assert match["batch_bins"] == min(match["batch_bins_memory_safe"], match["batch_bins_mean_matched"])
+    for name in ("batch_bins", "batch_bins_memory_safe"):
+        assert match["figures"][name]["max_frames"] <= largest
+    assert out["frames"]["max"] <= largest and out["audio_sec"]["mean"] == pytest.approx(
+        match["figures"]["batch_bins"]["mean_audio_sec"])  # the audited value is the suggestion
+    assert match["figures"]["batch_bins_mean_matched"]["mean_audio_sec"] == pytest.approx(
+        match["reference_figures"]["mean_audio_sec"], rel=0.1)
+    # The largest such value: one more frame of budget plans a batch over the reference's largest.
+    from espnet_dynres.batch_audit import build_batches, fullest_batch_frames
+    from espnet_dynres.bin.audit_batches import build_policy, parse_args
+
+    policy = build_policy(parse_args(["--batch_type", "dynres", "--hop_length", "160", "--speech_shape", shape_files[0]]))
+    bound = match["batch_bins_memory_safe"]
+    over = build_batches("dynres", shape_files[0], shape_files[1], batch_bins=bound + 1, policy=policy)
+    assert fullest_batch_frames(over.sampler, (1, 2)) > largest or bound + 1 > 1.5 * largest
 
 
 def test_audit_and_training_plan_the_same_batches_with_repeated_tokens(tmp_path):

@@ -1,0 +1,192 @@
+"""``python -m espnet_dynres.bin.convert_config``: a user's ESPnet training config, switched to the plugin.
+
+Usage::
+
+    python -m espnet_dynres.bin.convert_config --config conf/train_asr.yaml \\
+        --stats_dir exp/asr_stats_raw_en_bpe5000 [--out conf/train_asr_dynres.yaml]
+
+Takes an ESPnet ASR training config with ``batch_type`` ``numel``, ``length`` or ``folded`` (the
+reference) and the collect-stats directory of its data (``<stats_dir>/train/speech_shape`` and a
+``text_shape.*`` beside it), and writes the same config with:
+
+* ``batch_type: dynres`` and a ``batch_bins`` from the batch audit's ``--match`` on the training
+  shape files: the reference's mean audio per step, lowered if needed so that the largest batch
+  holds no more ``B × T`` frames than the reference's largest (which the user sized for memory);
+  both figures are printed;
+* ``frontend: dynres`` (DefaultFrontend's ``frontend_conf`` keys mean the same; the 70–130 Hz
+  clamp written out);
+* ``specaug: dynres`` (the same ``specaug_conf``, time masks and warps kept in seconds);
+* ``model: token_normalized`` (ESPnet's ``model_conf`` keys) with ``grad_clip: 1`` (its gradients
+  are about ``B / N`` of ESPnet's: docs/training_dynamics.md);
+* a ``valid_batch_bins`` in ``numel`` units dropped (validation then shares ``batch_bins``, in
+  frames).
+
+Every change is printed with its reason.  Refused, naming the key: a ``batch_type`` other than the
+three, a frontend other than ESPnet's ``default``, a model other than ESPnet's ``espnet``, extracted
+features (``input_size`` set), or a stats dir without the shape files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+
+CONVERTIBLE_BATCH_TYPES = ("numel", "length", "folded")
+CLAMP_HZ = (70.0, 130.0)  # the frame-rate clamp written into frontend_conf, as a factor of the standard rate
+TOKEN_NORMALIZED_GRAD_CLIP = 1
+
+
+def _number(x: float):
+    """``70.0`` -> ``70`` (as a user writes it), else rounded to 3 decimals."""
+    return int(round(x)) if abs(x - round(x)) < 1e-9 else round(x, 3)
+
+
+def find_shape_files(stats_dir: Path) -> Tuple[Path, Optional[Path]]:
+    """``<stats_dir>/train/speech_shape`` and its text shape (``text_shape.<token_type>`` or ``text_shape``).
+
+    Raises:
+        SystemExit: no ``speech_shape`` there (run collect-stats, asr.sh stage 10, first).
+    """
+    train = stats_dir / "train"
+    speech = train / "speech_shape"
+    if not speech.is_file():
+        raise SystemExit(f"convert_config: {speech} not found; give the collect-stats directory of your training data "
+                         "(asr.sh stage 10 writes <expdir>/asr_stats_*/train/speech_shape)")
+    texts = sorted(train.glob("text_shape.*")) or sorted(train.glob("text_shape"))
+    return speech, (texts[0] if texts else None)
+
+
+def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str] = None) -> Tuple[Dict, List[str]]:
+    """The dynres config for the ESPnet config ``conf`` (read from ``reference_path``) and the reasons.
+
+    Returns:
+        ``(new_conf, notes)``: the converted config (a new dict, key order kept) and one line per change.
+
+    Raises:
+        SystemExit: a config the plugin cannot take (module docstring), naming the key.
+    """
+    from espnet_dynres.bin import audit_batches
+
+    batch_type = conf.get("batch_type", "folded")  # ESPnet's default
+    if batch_type not in CONVERTIBLE_BATCH_TYPES:
+        raise SystemExit(f"convert_config: batch_type: {batch_type} cannot be converted; give a config with batch_type "
+                         f"{', '.join(CONVERTIBLE_BATCH_TYPES)} (a dynres config needs no conversion)")
+    if conf.get("input_size") is not None:
+        raise SystemExit("convert_config: input_size is set (extracted features); the dynres switches need raw audio "
+                         "(asr.sh --feats_type raw). model: token_normalized alone works on features.")
+    frontend = conf.get("frontend", "default")
+    if frontend != "default":
+        raise SystemExit(f"convert_config: frontend: {frontend} cannot be converted; frontend: dynres replaces ESPnet's "
+                         "default (log-mel) frontend only")
+    model = conf.get("model", "espnet")
+    if model != "espnet":
+        raise SystemExit(f"convert_config: model: {model} cannot be converted; model: token_normalized is ESPnet's "
+                         "default model (model: espnet) with a per-token loss")
+    speech_shape, text_shape = find_shape_files(stats_dir)
+    notes: List[str] = []
+    out = dict(conf)
+
+    frontend_conf = dict(conf.get("frontend_conf") or {})
+    if fs is not None:
+        frontend_conf.setdefault("fs", fs)
+    from espnet_dynres.asr.frontend.dynres import DynResFrontend  # noqa: PLC0415 (imports ESPnet)
+
+    standard = DynResFrontend(**{k: v for k, v in frontend_conf.items()}).policy.standard_frame_rate_hz
+    lo, hi = (_number(CLAMP_HZ[0] * standard / 100.0), _number(CLAMP_HZ[1] * standard / 100.0))
+    frontend_conf.setdefault("min_frame_rate_hz", lo)
+    frontend_conf.setdefault("max_frame_rate_hz", hi)
+    out["frontend"] = "dynres"
+    out["frontend_conf"] = frontend_conf
+    notes.append(f"frontend: default -> dynres (your frontend_conf kept; standard rate {standard:g} Hz, clamp "
+                 f"{frontend_conf['min_frame_rate_hz']:g}-{frontend_conf['max_frame_rate_hz']:g} Hz): every utterance "
+                 "of a training batch gets the batch's frame count, so no frame is padding; evaluation stays at the "
+                 "standard rate")
+    if conf.get("specaug") == "specaug":
+        out["specaug"] = "dynres"
+        notes.append("specaug: specaug -> dynres (your specaug_conf kept): time masks and warps in seconds at every "
+                     "frame rate")
+    out["model"] = "token_normalized"
+    notes.append("model: espnet -> token_normalized (your model_conf kept): CTC and attention losses divided by the "
+                 "batch's target tokens, which ESPnet's trainer averages globally across GPUs")
+    old_clip = conf.get("grad_clip", 5.0)  # ESPnet's default
+    out["grad_clip"] = TOKEN_NORMALIZED_GRAD_CLIP
+    notes.append(f"grad_clip: {old_clip} -> {TOKEN_NORMALIZED_GRAD_CLIP:g}: the per-token loss's gradients are about "
+                 "B / N of ESPnet's (docs/training_dynamics.md)")
+    if conf.get("valid_batch_bins") is not None and conf.get("valid_batch_type") in (None, *CONVERTIBLE_BATCH_TYPES):
+        out.pop("valid_batch_bins")
+        notes.append(f"valid_batch_bins: {conf['valid_batch_bins']} removed: it counted {batch_type} bins; validation "
+                     "now shares batch_bins (feature frames)")
+
+    # batch_bins from the audit's --match of the reference on the training shape files.
+    draft = dict(out, batch_type="dynres")
+    draft.pop("batch_bins", None)
+    argv = ["--speech_shape", str(speech_shape), "--match", str(reference_path), "--json", "-"]
+    if text_shape is not None:
+        argv += ["--text_shape", str(text_shape)]
+    import contextlib
+    import io
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(draft, f, sort_keys=False)
+    report = io.StringIO()
+    try:
+        audit_args = audit_batches.parse_args(["--config", f.name, *argv] + (["--fs", str(_fs_hz(fs))] if fs else []))
+        with contextlib.redirect_stdout(sys.stderr):  # the audit's own report: shown, not parsed
+            audit_batches._audit(audit_args, report)
+    finally:
+        Path(f.name).unlink()
+    match = json.loads(report.getvalue())["match"]
+    out["batch_type"] = "dynres"
+    out["batch_bins"] = int(match["batch_bins"])
+    ref, chosen = match["reference_figures"], match["figures"]["batch_bins"]
+    notes.append(
+        f"batch_type: {batch_type} -> dynres, batch_bins: {conf.get('batch_bins', '(default)')} ({batch_type} bins) -> "
+        f"{out['batch_bins']} (feature frames B x T). On {speech_shape}: your config plans {ref['mean_audio_sec']:.1f} s "
+        f"of audio per step on average (largest batch {ref['max_frames']:.0f} frames); this one "
+        f"{chosen['mean_audio_sec']:.1f} s (largest {chosen['max_frames']:.0f} frames). Same mean audio per step: "
+        f"{match['batch_bins_mean_matched']}; largest batch no larger than yours: up to "
+        f"{match['batch_bins_memory_safe']}")
+    return out, notes
+
+
+def _fs_hz(fs: str) -> int:
+    from espnet_dynres.frame_rate_policy import parse_fs  # noqa: PLC0415
+
+    return parse_fs(fs)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, required=True, help="your ESPnet training config (numel, length or folded)")
+    p.add_argument("--stats_dir", type=Path, required=True,
+                   help="the collect-stats directory of your training data (holds train/speech_shape)")
+    p.add_argument("--out", type=Path, default=None, help="where to write the dynres config (default: "
+                   "<config>_dynres.yaml beside it)")
+    p.add_argument("--fs", default=None, help="sampling rate, if your frontend_conf does not give it (asr.sh passes "
+                   "--frontend_conf fs=16k on the command line; default 16k)")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = get_parser().parse_args(argv)
+    if not args.config.is_file():
+        raise SystemExit(f"convert_config: --config {args.config}: no such file")
+    conf = yaml.safe_load(args.config.read_text(encoding="utf-8")) or {}
+    out, notes = convert(conf, args.config, args.stats_dir, args.fs)
+    target = args.out or args.config.with_name(args.config.stem + "_dynres.yaml")
+    header = (f"# Converted from {args.config.name} by python -m espnet_dynres.bin.convert_config "
+              f"(batch_bins from the batch audit on {args.stats_dir}/train).\n")
+    target.write_text(header + yaml.safe_dump(out, sort_keys=False), encoding="utf-8")
+    print("\n".join(f"* {n}" for n in notes))
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
