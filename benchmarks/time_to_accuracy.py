@@ -300,15 +300,72 @@ def decode_arm(args, arm: str, seed: int) -> Optional[dict]:
     return parse_wer(score_dir(args, tag))
 
 
-def score_dir(args, tag: str, test_set: str = "test") -> Path:
-    return args.expdir / f"asr_{tag}" / f"decode_{args.inference_config.stem}_valid.acc.ave" / test_set / "score"
+def score_dir(args, tag: str, test_set: str = "test", model: str = "valid.acc.ave") -> Path:
+    """The recipe's score directory of ``tag``'s checkpoint ``<model>.pth`` on ``test_set``."""
+    return args.expdir / f"asr_{tag}" / f"decode_{args.inference_config.stem}_{model}" / test_set / "score"
 
 
-def parse_test_sets(args, tag: str) -> Dict[str, dict]:
+def parse_test_sets(args, tag: str, model: str = "valid.acc.ave") -> Dict[str, dict]:
     """WER of every test set the recipe scored for ``tag`` (``test``, ``test_tempo0.8``, …): ``{set: parse_wer}``."""
-    decode_dir = score_dir(args, tag).parent.parent
+    decode_dir = score_dir(args, tag, model=model).parent.parent
     sets = sorted(p.parent.parent.name for p in decode_dir.glob("*/score/result.json")) if decode_dir.is_dir() else []
-    return {name: parse_wer(score_dir(args, tag, name)) for name in sets}
+    return {name: parse_wer(score_dir(args, tag, name, model)) for name in sets}
+
+
+AT_WALLCLOCK_MODEL = "at_wallclock"  # <exp>/at_wallclock.pth: the epoch checkpoint nearest another arm's training time
+
+
+def parse_at_wallclock(spec: Optional[str]) -> Optional[Tuple[Path, str]]:
+    """``--at_wallclock_of REPORT.json:ARM`` as ``(report, arm)``; ``None`` when not given.
+
+    Raises:
+        SystemExit: not ``path:arm`` or no such report.
+    """
+    if not spec:
+        return None
+    path, sep, arm = spec.rpartition(":")
+    if not sep or not arm or not Path(path).is_file():
+        raise SystemExit(f"--at_wallclock_of takes REPORT.json:ARM (an earlier time_to_accuracy.json), got {spec!r}")
+    return Path(path), arm
+
+
+def nearest_epoch(rows: List[dict], wall_sec: float) -> dict:
+    """The epoch row whose ``wall_sec`` (training wall-clock at its end) is closest to ``wall_sec``
+    (the earlier one on a tie)."""
+    return min(rows, key=lambda r: (abs(r["wall_sec"] - wall_sec), r["wall_sec"]))
+
+
+def at_wallclock_entry(args, arm: str, seed: int, entry: dict, reference: Tuple[Path, str]) -> dict:
+    """``arm`` at the reference arm's training wall-clock: the epoch checkpoint whose end is nearest the
+    reference's last epoch's ``wall_sec`` in the same seed (:func:`nearest_epoch`), copied to
+    ``<exp>/at_wallclock.pth``, decoded on every test set by the recipe's stages 12–13, and reported as
+    arm ``<arm>@<ref>`` with its epochs up to that checkpoint.
+
+    Raises:
+        SystemExit: the reference report lacks the arm or the seed.
+    """
+    report_path, ref_arm = reference
+    ref = json.loads(report_path.read_text())["arms"]
+    try:
+        ref_wall = ref[ref_arm][str(seed)]["epochs"][-1]["wall_sec"]
+    except KeyError:
+        raise SystemExit(f"--at_wallclock_of: {report_path} has no arm {ref_arm!r} with seed {seed}") from None
+    row = nearest_epoch(entry["epochs"], ref_wall)
+    tag = arm_tag(args, arm, seed)
+    exp_dir = args.expdir / f"asr_{tag}"
+    shutil.copy2(exp_dir / "epochs" / f"{row['epoch']}epoch.pth", exp_dir / f"{AT_WALLCLOCK_MODEL}.pth")
+    if not args.skip_decode:
+        run_recipe(args, tag, "12-13", ["--inference_config", str(args.inference_config.resolve()),
+                                        "--inference_asr_model", f"{AT_WALLCLOCK_MODEL}.pth",
+                                        *shlex.split(args.decode_recipe_args)],
+                   args.out_dir / f"{tag}.decode_at_wallclock.out")
+    return {"epochs": [r for r in entry["epochs"] if r["epoch"] <= row["epoch"]],
+            "test": parse_wer(score_dir(args, tag, model=AT_WALLCLOCK_MODEL)),
+            "test_sets": parse_test_sets(args, tag, AT_WALLCLOCK_MODEL),
+            "batches_per_epoch": entry.get("batches_per_epoch"), "evaluation_of": tag,
+            "checkpoint_epoch": row["epoch"], "checkpoint_wall_sec": row["wall_sec"],
+            "reference_wall_sec": ref_wall, "reference_arm": ref_arm,
+            "train_peak_rss_gib": entry.get("train_peak_rss_gib"), "decode_peak_rss_gib": None}
 
 
 def parse_wer(score_dir: Path) -> Optional[dict]:
@@ -896,6 +953,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_epoch", type=int, default=5)
     p.add_argument("--asr_args", default="", help="extra training arguments for every arm (with "
                    "--num_iters_per_epoch N an epoch is N steps: its frames are counted so)")
+    p.add_argument("--at_wallclock_of", default=None, metavar="REPORT.json:ARM",
+                   help="also evaluate every arm at ARM's training wall-clock in the same seed, taken from an earlier "
+                        "report (e.g. speed perturbation at the main job's training time): the epoch checkpoint "
+                        "nearest that time is decoded on every test set and reported as arm <arm>@<ARM>")
     p.add_argument("--recipe_args", default="",
                    help="extra run.sh options for every stage of every arm, e.g. "
                         "\"--speed_perturb_factors '0.9 1.0 1.1'\" (then --stats_dir asr_stats_raw_word_sp)")
@@ -1020,6 +1081,13 @@ def main(argv=None) -> int:
         for seed in args.seeds:
             prepare_eval_rate_variant(args, name, base, rate_hz, seed)
     results = report(args, arms)
+    reference = parse_at_wallclock(args.at_wallclock_of)
+    if reference is not None:
+        for arm in arms:
+            for seed in args.seeds:
+                results["arms"].setdefault(f"{arm}@{reference[1]}", {})[seed] = at_wallclock_entry(
+                    args, arm, seed, results["arms"][arm][seed], reference)
+        results = add_targets(results, list(results["arms"]), args.seeds)
     results["seed_means"] = seed_means(results)
     print(write_report(results, args.out_dir))
     return 0

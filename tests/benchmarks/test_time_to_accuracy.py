@@ -458,3 +458,41 @@ def test_recipe_args_reach_every_run_sh_call(tmp_path, monkeypatch):
     tta.run_recipe(args, "a_s0", "11-11", ["--asr_config", "x.yaml"], tmp_path / "log")
     cmd = seen[0]
     assert cmd[cmd.index("--speed_perturb_factors") + 1] == "0.9 1.0 1.1" and cmd[-2:] == ["--asr_config", "x.yaml"]
+
+
+def test_an_arm_at_another_arms_training_time_is_its_nearest_epoch_checkpoint(tmp_path, monkeypatch):
+    """--at_wallclock_of REPORT:C: speed perturbation's short epochs evaluated at the main job's training
+    time: the checkpoint nearest C's last epoch in the same seed is copied, decoded and reported."""
+    tta = load()
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"arms": {"C": {"0": {"epochs": [{"epoch": 5, "wall_sec": 1000.0}]}}}}))
+    args = tta.get_parser().parse_args(["--out_dir", str(tmp_path / "out"), "--datadir", "d", "--dumpdir", "u",
+                                        "--expdir", str(tmp_path / "exp"), "--arm", "SP=x.yaml",
+                                        "--at_wallclock_of", f"{ref}:C"])
+    args.out_dir.mkdir()
+    args.inference_config = tmp_path / "decode_asr_ctc_greedy.yaml"
+    exp = tmp_path / "exp" / "asr_tta_SP_s0"
+    (exp / "epochs").mkdir(parents=True)
+    for e in range(1, 7):
+        (exp / "epochs" / f"{e}epoch.pth").write_text(f"checkpoint {e}")
+    decoded = []
+
+    def fake_recipe(args, tag, stages, extra, log, rotation=None):
+        decoded.append(extra[extra.index("--inference_asr_model") + 1])
+        score = tmp_path / "exp" / f"asr_{tag}" / "decode_decode_asr_ctc_greedy_at_wallclock" / "test" / "score"
+        score.mkdir(parents=True)
+        (score / "result.json").write_text(json.dumps({"wer": 1.5, "wer_sub": 1, "wer_del": 0, "wer_ins": 0,
+                                                        "wer_ref_words": 70}))
+        return 0
+
+    monkeypatch.setattr(tta, "run_recipe", fake_recipe)
+    rows = [{"epoch": e, "wall_sec": 330.0 * e, "steps": 169 * e} for e in range(1, 7)]  # 330, 660, 990, ...
+    entry = tta.at_wallclock_entry(args, "SP", 0, {"epochs": rows}, tta.parse_at_wallclock(f"{ref}:C"))
+    assert entry["checkpoint_epoch"] == 3 and entry["reference_wall_sec"] == 1000.0  # 990 s is nearest
+    assert [r["epoch"] for r in entry["epochs"]] == [1, 2, 3]
+    assert (exp / "at_wallclock.pth").read_text() == "checkpoint 3" and decoded == ["at_wallclock.pth"]
+    assert entry["test"]["wer"] == 1.5 and entry["test_sets"]["test"]["wer"] == 1.5
+    with pytest.raises(SystemExit, match="no arm 'A' with seed 0"):
+        tta.at_wallclock_entry(args, "SP", 0, {"epochs": rows}, (ref, "A"))
+    with pytest.raises(SystemExit, match="REPORT.json:ARM"):
+        tta.parse_at_wallclock("no_such.json:C")
