@@ -613,6 +613,22 @@ def memory_safe_batch_bins(sampler, max_frames: int, epochs: Sequence[int] = (1,
     return lo
 
 
+def binding_batch_bins(sampler, batch_bins: int, epochs: Sequence[int] = (1, 2)) -> Tuple[int, bool]:
+    """``batch_bins`` itself where it limits the plan, else the fullest batch it plans (``B × T`` frames).
+
+    A budget far above every batch the clamp lets form (the fullest batch under half of it, as
+    :func:`numel_sized_budget` counts it) bounds nothing: training warns about such a value. Its plan's
+    fullest batch is then the budget that says what the plan does.
+
+    Returns:
+        ``(value, limited)``: the value to use, and whether ``batch_bins`` was lowered to it.
+    """
+    fullest = fullest_batch_frames(sampler.with_batch_bins(batch_bins), epochs)
+    if fullest < 0.5 * batch_bins:
+        return fullest, True
+    return batch_bins, False
+
+
 def dynres_batch_bins_for_audio(sampler, audio_sec: float, epoch: int = 1, iterations: int = 4) -> int:
     """The dynres ``batch_bins`` whose epoch-``epoch`` plan has ``audio_sec`` of audio per batch on average.
 

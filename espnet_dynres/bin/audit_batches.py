@@ -49,7 +49,7 @@ import numpy as np
 
 from espnet_dynres.batch_audit import (
     BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches,
-    budget_figures, dynres_batch_bins_for_audio, memory_safe_batch_bins, read_shape_table,
+    binding_batch_bins, budget_figures, dynres_batch_bins_for_audio, memory_safe_batch_bins, read_shape_table,
 )
 
 
@@ -357,12 +357,17 @@ def _audit(args: argparse.Namespace, stdout) -> int:
             sort_in_batch=args.sort_in_batch, sort_batch=args.sort_batch, min_batch_size=args.min_batch_size,
             policy=policy, max_batch_size=args.max_batch_size, seed=args.seed, utt2min_frames=utt2min_frames,
             shuffle_jitter=args.shuffle_jitter, batch_fill=args.batch_fill, epoch=args.epoch).sampler
-        safe = memory_safe_batch_bins(provisional, int(reference["max_frames"]), (args.epoch, args.epoch + 1))
+        epochs = (args.epoch, args.epoch + 1)
+        safe = memory_safe_batch_bins(provisional, int(reference["max_frames"]), epochs)
         mean_matched = dynres_batch_bins_for_audio(provisional, reference["mean_audio_sec"], args.epoch)
+        # A value the clamp never lets a batch reach bounds nothing (training would warn): its fullest batch instead.
+        safe, safe_capped = binding_batch_bins(provisional, safe, epochs)
+        mean_matched, mean_capped = binding_batch_bins(provisional, mean_matched, epochs)
         # The suggestion: the reference's mean audio per step, lowered where its largest batch would
         # hold more B x T frames than the reference's largest (which the user sized for memory).
         suggestion = {"batch_bins": min(safe, mean_matched), "batch_bins_memory_safe": safe,
-                      "batch_bins_mean_matched": mean_matched}
+                      "batch_bins_mean_matched": mean_matched,
+                      "reference_mean_unreachable": mean_capped, "memory_bound_never_binds": safe_capped}
         if batch_bins is None:
             batch_bins = suggestion["batch_bins"]
     built = build_batches(
@@ -432,11 +437,19 @@ def _audit(args: argparse.Namespace, stdout) -> int:
                     f"frames per batch mean {f['mean_frames']:.0f}, largest {f['max_frames']:.0f}")
 
         print(f"match reference       : {args.match}: {line(reference)}")
-        print(f"match, same mean audio: batch_bins {suggestion['batch_bins_mean_matched']}: "
-              f"{line(figures['batch_bins_mean_matched'])} (equal work per step on average)")
+        if suggestion["reference_mean_unreachable"]:
+            print(f"match, same mean audio: not reachable: the frame-rate clamp closes every batch before it holds "
+                  f"{reference['mean_audio_sec']:.1f} s (durations too far apart to share a frame count); the fullest "
+                  f"plan it allows: batch_bins {suggestion['batch_bins_mean_matched']}: "
+                  f"{line(figures['batch_bins_mean_matched'])}")
+        else:
+            print(f"match, same mean audio: batch_bins {suggestion['batch_bins_mean_matched']}: "
+                  f"{line(figures['batch_bins_mean_matched'])} (equal work per step on average)")
         print(f"match, memory bound   : batch_bins {suggestion['batch_bins_memory_safe']}: "
               f"{line(figures['batch_bins_memory_safe'])} (the largest value whose largest batch holds no more B x T "
-              "frames than the reference's largest)")
+              "frames than the reference's largest" + ("; the clamp closes batches before any budget that large, so "
+                                                       "this is the fullest batch it allows)"
+                                                       if suggestion["memory_bound_never_binds"] else ")"))
         print(f"match, suggested      : batch_bins {suggestion['batch_bins']} (the smaller: the reference's mean "
               "audio per step where it fits the reference's largest batch, else the memory bound)")
     if args.plot:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
@@ -60,8 +60,12 @@ def find_shape_files(stats_dir: Path) -> Tuple[Path, Optional[Path]]:
     return speech, (texts[0] if texts else None)
 
 
-def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str] = None) -> Tuple[Dict, List[str]]:
+def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str] = None,
+            audit_options: Sequence[str] = ()) -> Tuple[Dict, List[str]]:
     """The dynres config for the ESPnet config ``conf`` (read from ``reference_path``) and the reasons.
+
+    ``audit_options``: more options of the batch audit (``--text``, ``--token_list``, ``--token_type``,
+    ``--bpemodel``: training's CTC minimum in the plan the budget is chosen from).
 
     Returns:
         ``(new_conf, notes)``: the converted config (a new dict, key order kept) and one line per change.
@@ -124,7 +128,7 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
     # batch_bins from the audit's --match of the reference on the training shape files.
     draft = dict(out, batch_type="dynres")
     draft.pop("batch_bins", None)
-    argv = ["--speech_shape", str(speech_shape), "--match", str(reference_path), "--json", "-"]
+    argv = ["--speech_shape", str(speech_shape), "--match", str(reference_path), "--json", "-", *audit_options]
     if text_shape is not None:
         argv += ["--text_shape", str(text_shape)]
     import contextlib
@@ -145,13 +149,16 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
     out["batch_type"] = "dynres"
     out["batch_bins"] = int(match["batch_bins"])
     ref, chosen = match["reference_figures"], match["figures"]["batch_bins"]
+    same = (f"your mean audio per step is not reachable: the frame-rate clamp closes every batch before it "
+            f"(durations too far apart to share a frame count), so {match['batch_bins_mean_matched']} gives the fullest "
+            f"batches it allows" if match.get("reference_mean_unreachable")
+            else f"the same mean audio per step as yours: {match['batch_bins_mean_matched']}")
     notes.append(
         f"batch_type: {batch_type} -> dynres, batch_bins: {conf.get('batch_bins', '(default)')} ({batch_type} bins) -> "
         f"{out['batch_bins']} (feature frames B x T). On {speech_shape}: your config plans {ref['mean_audio_sec']:.1f} s "
         f"of audio per step on average (largest batch {ref['max_frames']:.0f} frames); this one "
-        f"{chosen['mean_audio_sec']:.1f} s (largest {chosen['max_frames']:.0f} frames). Same mean audio per step: "
-        f"{match['batch_bins_mean_matched']}; largest batch no larger than yours: up to "
-        f"{match['batch_bins_memory_safe']}")
+        f"{chosen['mean_audio_sec']:.1f} s (largest {chosen['max_frames']:.0f} frames). {same[0].upper() + same[1:]}; "
+        f"largest batch no larger than yours: up to {match['batch_bins_memory_safe']}")
     return out, notes
 
 
@@ -170,6 +177,11 @@ def get_parser() -> argparse.ArgumentParser:
                    "<config>_dynres.yaml beside it)")
     p.add_argument("--fs", default=None, help="sampling rate, if your frontend_conf does not give it (asr.sh passes "
                    "--frontend_conf fs=16k on the command line; default 16k)")
+    c = p.add_argument_group("training's CTC minimum in the planned batches (optional; as the batch audit's options)")
+    c.add_argument("--text", default=None, help="training transcripts ('utt_id text', e.g. dump/raw/train/text)")
+    c.add_argument("--token_list", default=None, help="training's token list (tokens.txt)")
+    c.add_argument("--token_type", default=None, help="bpe, char, word, ... (default: your config's, else bpe)")
+    c.add_argument("--bpemodel", default=None, help="sentencepiece model (default: your config's)")
     return p
 
 
@@ -178,7 +190,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.config.is_file():
         raise SystemExit(f"convert_config: --config {args.config}: no such file")
     conf = yaml.safe_load(args.config.read_text(encoding="utf-8")) or {}
-    out, notes = convert(conf, args.config, args.stats_dir, args.fs)
+    audit_options = [x for key in ("text", "token_list", "token_type", "bpemodel") if getattr(args, key) is not None
+                     for x in (f"--{key}", str(getattr(args, key)))]
+    out, notes = convert(conf, args.config, args.stats_dir, args.fs, audit_options)
     target = args.out or args.config.with_name(args.config.stem + "_dynres.yaml")
     header = (f"# Converted from {args.config.name} by python -m espnet_dynres.bin.convert_config "
               f"(batch_bins from the batch audit on {args.stats_dir}/train).\n")

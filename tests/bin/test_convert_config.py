@@ -102,3 +102,21 @@ def test_a_stats_dir_without_shapes_names_collect_stats(tmp_path):
     src.write_text(yaml.safe_dump(LIBRISPEECH_LIKE))
     with pytest.raises(SystemExit, match="speech_shape not found.*stage 10"):
         main(["--config", str(src), "--stats_dir", str(tmp_path)])
+
+
+def test_a_budget_the_clamp_never_reaches_is_lowered_to_one_that_binds(tmp_path, stats_dir, capsys):
+    """A numel budget whose mean audio per step no dynres batch can hold (the clamp closes batches
+    first): the suggestion is the fullest batch the clamp allows, said so, and training's numel-sized
+    warning does not fire on it."""
+    from espnet_dynres.batch_audit import numel_sized_budget
+    from espnet_dynres.bin.audit_batches import build_policy, parse_args
+    from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
+
+    new, out = convert(tmp_path, {**LIBRISPEECH_LIKE, "batch_bins": 400000000}, stats_dir, capsys)
+    assert "not reachable" in out
+    shapes = [str(stats_dir / "train" / "speech_shape"), str(stats_dir / "train" / "text_shape.word")]
+    policy = build_policy(parse_args(["--config", str(tmp_path / "train_asr_dynres.yaml"), "--speech_shape", shapes[0]]))
+    sampler = DynResBatchSampler(batch_bins=new["batch_bins"], shape_files=shapes, policy=policy)
+    assert numel_sized_budget(sampler, shapes) is None
+    fullest = max(len(f) * max(f) for f in sampler.utt_frames_for_epoch(1))
+    assert fullest >= 0.5 * new["batch_bins"]

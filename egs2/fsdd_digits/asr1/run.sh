@@ -8,7 +8,7 @@
 #
 # Options (ESPnet asr.sh names):  ./run.sh --stage N --stop_stage M --ngpu K --nj J \
 #     --asr_config FILE --inference_config FILE --asr_args "..." --inference_args "..." \
-#     --expdir DIR --dumpdir DIR [--datadir DIR --asr_tag TAG --token_type word|char|bpe --nbpe N
+#     --expdir DIR --dumpdir DIR [--python PY --datadir DIR --asr_tag TAG --token_type word|char|bpe --nbpe N
 #     --fs 16k --num_train N --num_dev N --num_test N --seed N --inference_nj N
 #     --min_wav_duration SEC --max_wav_duration SEC --inference_asr_model NAME --fsdd_dir DIR
 #     --results_readme FILE --corpus digits|longtail --local_data_opts "..." --test_tempo T1,T2,...
@@ -26,6 +26,8 @@
 #     (shapes, stats and token list from it; stats in <expdir>/asr_stats_raw_<token_type>_sp); dev and
 #     test sets stay as they are. --max_wav_duration's default grows by 1 / the smallest factor so that
 #     no slowed copy is filtered out.
+# Defaults: --asr_config conf/train_asr_conformer_dynres_cpu.yaml (its frontend_conf also sets stage 10's
+#     statistics: give your config to stage 10 too), --inference_config conf/decode_asr_ctc_greedy.yaml.
 set -euo pipefail
 
 stage=1
@@ -60,7 +62,7 @@ test_tempo=""       # e.g. 0.8,0.9,1.1,1.25: tempo-changed copies of the test se
 test_speed=""       # e.g. 0.9,1.1: speed-changed copies of the test set (pitch moved with the tempo)
 speed_perturb_factors=""  # e.g. "0.9 1.0 1.1": speed-perturbed training set (ESPnet's asr.sh stage 2)
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -310,4 +312,5 @@ if [ "${stage}" -le 15 ] && [ "${stop_stage}" -ge 15 ]; then
         --wav_scp "${feats_dir}/${first_test}/wav.scp" --text "${feats_dir}/${first_test}/text"
 fi
 
-log "Done: ${asr_exp}"
+if [ "${stop_stage}" -ge 11 ] && [ -d "${asr_exp}" ]; then log "Done: stages ${stage}-${stop_stage}, ${asr_exp}"
+else log "Done: stages ${stage}-${stop_stage} (data in ${datadir}, ${dumpdir}; stats in ${asr_stats_dir})"; fi
