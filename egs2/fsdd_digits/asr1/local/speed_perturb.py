@@ -35,7 +35,7 @@ import soundfile as sf
 import soxr
 from tqdm import tqdm
 
-from espnet_dynres.data_checks import read_keyed_file
+from espnet_dynres.data_checks import check_audio_file, read_keyed_file
 
 
 def speed_change(wav: np.ndarray, fs_hz: int, factor: float) -> np.ndarray:
@@ -71,15 +71,11 @@ def perturb(src: Path, dst: Path, factors: List[float], keep_ids: bool) -> Dict[
     for factor in factors:
         prefix = "" if keep_ids or factor == 1.0 else f"sp{factor_name(factor)}-"
         for utt, path in tqdm(wav_scp.items(), desc=f"speed {factor_name(factor)}", file=sys.stderr, mininterval=2.0):
-            if not path or not Path(path).is_file():
-                raise SystemExit(f"speed_perturb.py: {src / 'wav.scp'}: utterance {utt}: no audio file {path!r}")
             try:
-                wav, fs_hz = sf.read(path, dtype="float32")
-            except RuntimeError as exc:
-                raise SystemExit(f"speed_perturb.py: utterance {utt}: cannot read {path}: {exc}") from None
-            if wav.ndim != 1:
-                raise SystemExit(f"speed_perturb.py: utterance {utt}: {path} has {wav.shape[1]} channels; "
-                                 "this recipe's recordings are mono")
+                check_audio_file(utt, path)  # missing, unreadable, truncated or not mono: named, with the fix
+            except ValueError as exc:
+                raise SystemExit(f"speed_perturb.py: {src / 'wav.scp'}: {exc}") from None
+            wav, fs_hz = sf.read(path, dtype="float32")
             new = prefix + utt
             if factor == 1.0:
                 scp[new], n = str(Path(path).resolve()), len(wav)
