@@ -204,12 +204,57 @@ def checked_batches(loader) -> Iterator:
         yield keys, batch
 
 
+STATS_BESIDE_CONFIG = "feats_stats.npz"  # where export_espnet_config copies a run's statistics
+
+
+def with_stats_found(config_file: Union[str, Path, None]) -> Union[str, Path, None]:
+    """The training config to build the model from, with its ``global_mvn`` statistics file found.
+
+    A config names ``normalize_conf.stats_file`` relative to the recipe (``exp/asr_stats_*/...``), so
+    an experiment folder copied elsewhere cannot be decoded from there. When that file is missing and
+    ``feats_stats.npz`` lies beside the config (``export_espnet_config`` puts it there), a copy of the
+    config naming it is used (in a temporary folder; the model's weights are unchanged).
+
+    Returns:
+        ``config_file`` itself when its statistics file exists (or it has none), else the copy.
+
+    Raises:
+        FileNotFoundError: neither file exists; names both and the fix.
+    """
+    if config_file is None or not Path(config_file).is_file():
+        return config_file
+    config = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
+    stats = (config.get("normalize_conf") or {}).get("stats_file")
+    if config.get("normalize") != "global_mvn" or stats is None or Path(stats).exists():
+        return config_file
+    beside = Path(config_file).resolve().parent / STATS_BESIDE_CONFIG
+    if not beside.is_file():
+        raise FileNotFoundError(
+            f"{config_file} names normalize_conf.stats_file {stats}, which does not exist from {Path.cwd()}, and no "
+            f"{STATS_BESIDE_CONFIG} lies beside it. Decode from the recipe directory, or run python -m "
+            "espnet_dynres.bin.export_espnet_config --exp_dir <exp> there once (it copies the statistics into the "
+            "experiment folder)."
+        )
+    import tempfile
+
+    config["normalize_conf"] = {**config["normalize_conf"], "stats_file": str(beside)}
+    patched = Path(tempfile.mkdtemp(prefix="espnet_dynres_config_")) / Path(config_file).name
+    patched.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    logging.info("%s: statistics %s not found; using %s beside the config", config_file, stats, beside)
+    return patched
+
+
 class CheckedASRTask(espnet_asr_inference.ASRTask):
-    """``ASRTask`` whose streaming iterator is wrapped by :func:`checked_batches`."""
+    """``ASRTask`` whose streaming iterator is wrapped by :func:`checked_batches` and whose model finds
+    its statistics beside a copied experiment's config (:func:`with_stats_found`)."""
 
     @classmethod
     def build_streaming_iterator(cls, *args, **kwargs):
         return checked_batches(super().build_streaming_iterator(*args, **kwargs))
+
+    @classmethod
+    def build_model_from_file(cls, config_file=None, model_file=None, device="cpu"):
+        return super().build_model_from_file(with_stats_found(config_file), model_file, device)
 
 
 def check_inference_audio(

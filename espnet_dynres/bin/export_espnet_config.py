@@ -5,7 +5,9 @@ Rewrites a training run's ``config.yaml`` with ESPnet's names (``frontend: defau
 keys (:func:`espnet_dynres.stock_config.stock_espnet_config`).  The run's checkpoints load with
 it unchanged, so ``python -m espnet2.bin.asr_inference --asr_train_config <out>`` and
 ``espnet_model_zoo`` decode the model without the plugin installed.  The recipe's stage 15
-packs the model with this config.
+packs the model with this config.  The run's ``global_mvn`` statistics file (named relative to
+the recipe) is copied beside the written config as ``feats_stats.npz``, where
+``espnet_dynres.bin.asr_inference`` finds it when the experiment folder is decoded from elsewhere.
 
 Examples::
 
@@ -16,6 +18,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -41,6 +44,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     config = yaml.safe_load(source.read_text(encoding="utf-8"))
     out.write_text(yaml.safe_dump(stock_espnet_config(config), sort_keys=False), encoding="utf-8")
     print(f"export_espnet_config: wrote {out} (stock ESPnet names; decode with python -m espnet2.bin.asr_inference)")
+    stats = (config.get("normalize_conf") or {}).get("stats_file")
+    if stats is not None and Path(stats).is_file():
+        # The config names the statistics relative to the recipe; a copy beside it lets
+        # espnet_dynres.bin.asr_inference decode a copied experiment folder from anywhere.
+        shutil.copy2(stats, out.parent / "feats_stats.npz")
+        print(f"export_espnet_config: copied {stats} to {out.parent / 'feats_stats.npz'}")
     return 0
 
 

@@ -112,3 +112,33 @@ def test_cli_takes_max_segment_sec_and_restores_espnet_module(tmp_path, model_fi
     out = decode_dir(tmp_path, model_files, {"a": (speech, FS_HZ, "PCM_16")}, "--max_segment_sec", "0")
     assert (out / "1best_recog" / "text").read_text().startswith("a")
     assert (espnet_inference.Speech2Text, espnet_inference.ASRTask) == before
+
+
+def test_a_copied_experiment_folder_decodes_with_its_statistics_beside_the_config(tmp_path, monkeypatch):
+    """The config names global_mvn statistics relative to the recipe; export_espnet_config copies them beside
+    the experiment's config, and the plugin's decoder finds them there from any directory."""
+    import shutil
+
+    import numpy as np
+
+    from espnet_dynres.bin import export_espnet_config
+    from factory import write_tiny_asr_model
+
+    recipe = tmp_path / "recipe"
+    (recipe / "exp" / "stats").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    np.savez(recipe / "exp" / "stats" / "feats_stats.npz", count=np.array(1000.0), sum=rng.normal(size=20) * 1000,
+             sum_square=np.full(20, 4000.0))
+    monkeypatch.chdir(recipe)
+    config, weights = write_tiny_asr_model(recipe / "exp" / "asr_x", token_type="word", normalize="global_mvn",
+                                           normalize_conf={"stats_file": "exp/stats/feats_stats.npz"})
+    assert export_espnet_config.main(["--exp_dir", "exp/asr_x"]) == 0
+    copied = tmp_path / "elsewhere" / "asr_x"
+    shutil.copytree(recipe / "exp" / "asr_x", copied)
+    monkeypatch.chdir(tmp_path)  # the recipe's relative stats path no longer resolves
+    model = asr_inference.CheckedASRTask.build_model_from_file(copied / "config_espnet.yaml", copied / "model.pth")[0]
+    want = np.load(recipe / "exp" / "stats" / "feats_stats.npz")
+    assert np.allclose(model.normalize.mean.numpy(), want["sum"] / want["count"])
+    (copied / "feats_stats.npz").unlink()
+    with pytest.raises(FileNotFoundError, match="export_espnet_config"):
+        asr_inference.CheckedASRTask.build_model_from_file(copied / "config.yaml", copied / "model.pth")
