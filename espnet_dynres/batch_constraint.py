@@ -5,8 +5,8 @@ finds one frame count ``T`` for all of them inside the rate clamp (the batch rul
 ``B × T <= batch_bins`` (feature frames), (c) ``B <= max_batch_size`` and (d) ``T`` leaves every
 member at least its CTC minimum (:func:`espnet_dynres.ctc_feasibility.training_min_frames`).
 
-The sampler grows its batches with it (running totals, :meth:`BatchConstraint.frame_count`),
-the audit counts the batches that break it (:meth:`BatchConstraint.admits`), and the frontend
+The sampler grows its batches with it (running totals: the policy's batch rule, then
+:meth:`BatchConstraint.admits`), the audit counts the batches that break it (:meth:`BatchConstraint.admits`), and the frontend
 applies it, without a budget, to a training batch that comes without a plan
 (:meth:`BatchConstraint.batch_frame_counts`), so the three can never disagree.
 """
