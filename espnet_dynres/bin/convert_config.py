@@ -29,7 +29,11 @@ features (``input_size`` set), or a stats dir without the shape files.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -131,11 +135,6 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
     argv = ["--speech_shape", str(speech_shape), "--match", str(reference_path), "--json", "-", *audit_options]
     if text_shape is not None:
         argv += ["--text_shape", str(text_shape)]
-    import contextlib
-    import io
-    import json
-    import tempfile
-
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(draft, f, sort_keys=False)
     report = io.StringIO()

@@ -104,3 +104,11 @@ def test_the_range_needs_the_dynres_sampler():
     args = argparse.Namespace(frontend="dynres", batch_type="numel", frontend_conf={"target_frame_rate_range_hz": [80, 120]})
     with pytest.raises(ValueError, match="target_frame_rate_range_hz.*set batch_type: dynres"):
         check_sampler_arguments(args)
+
+
+def test_the_frontend_refuses_a_single_number_naming_the_key():
+    from espnet_dynres.asr.frontend.dynres import DynResFrontend
+
+    with pytest.raises(ValueError, match=r"target_frame_rate_range_hz must be two rates \[lo, hi\] in Hz, got 90"):
+        DynResFrontend(hop_length=160, target_frame_rate_range_hz=90)
+    assert DynResFrontend(hop_length=160, target_frame_rate_range_hz=[80, 120]).policy.target_frame_rate_range_hz == (80.0, 120.0)

@@ -203,7 +203,7 @@ class DynResFrontend(AbsFrontend):
         curriculum_epochs: int = 0,
         target_frame_rate_hz: Optional[float] = None,
         eval_frame_rate_hz: Optional[float] = None,
-        target_frame_rate_range_hz: Optional[Sequence[float]] = None,
+        target_frame_rate_range_hz: Optional[Union[Sequence[float], float]] = None,  # a number is refused with the fix
         method: str = "hop",
         resample_filterbank: str = "original",
         resample_grid_hz: Optional[int] = None,
@@ -239,8 +239,9 @@ class DynResFrontend(AbsFrontend):
             curriculum_epochs=curriculum_epochs,
             target_frame_rate_hz=None if target_frame_rate_hz is None else float(target_frame_rate_hz),
             eval_frame_rate_hz=None if eval_frame_rate_hz is None else float(eval_frame_rate_hz),
-            target_frame_rate_range_hz=(None if target_frame_rate_range_hz is None
-                                        else tuple(target_frame_rate_range_hz)),
+            target_frame_rate_range_hz=(tuple(target_frame_rate_range_hz)
+                                        if isinstance(target_frame_rate_range_hz, (list, tuple))
+                                        else target_frame_rate_range_hz),
         )
         self.fs = fs
         self.n_fft = n_fft
