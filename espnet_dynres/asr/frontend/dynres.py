@@ -580,9 +580,10 @@ class DynResFrontend(AbsFrontend):
             feats = torch.zeros(speech.size(0), int(feats_lengths.max()), self.n_mels, device=device)
             for fs_new in sorted(set(rates_list)):
                 sel = new_rates == fs_new
-                feats[sel] = self.framed_logmel(
+                part = self.framed_logmel(
                     padded[sel], new_lengths[sel], shifts[sel], feats_lengths[sel], self._logmel_for(fs_new, device)
-                )
+                )  # (rows, the longest of these rows, n_mels): a padded batch's rows differ in length
+                feats[sel, : part.size(1)] = part
         rates = new_rates.double() / shifts
         return feats, rates.float()
 

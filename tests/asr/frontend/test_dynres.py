@@ -190,11 +190,19 @@ def test_resample_groups_utterances_of_one_rate_and_matches_one_by_one(feasible_
 
 
 @pytest.mark.parametrize("filterbank", ["original", "resampled"])
-def test_resample_filterbank_variants_run(feasible_batch, filterbank):
-    _, speech, lengths = feasible_batch
+def test_resample_filterbank_variants_batched_equal_one_by_one_on_a_planned_padded_batch(real_batch, filterbank):
+    # A padded plan (each utterance at its own lowest frame count): the rows have different lengths.
+    wavs, speech, lengths = real_batch
     fe = DynResFrontend(method="resample", resample_filterbank=filterbank, **RECIPE_FRONTEND).train()
-    feats, feats_lengths = fe(speech, lengths)
-    assert torch.isfinite(feats).all() and len(set(feats_lengths.tolist())) == 1
+    counts = torch.tensor([fe.policy.frame_count_range(n)[0] for n in lengths.tolist()])
+    assert len(set(counts.tolist())) > 1
+    out = fe.features(speech, lengths, counts)
+    assert out.feats_lengths.tolist() == counts.tolist() and out.feats.shape[1] == int(counts.max())
+    for b, w in enumerate(wavs):
+        single = fe.features(w[None], lengths[b : b + 1], counts[b : b + 1])
+        torch.testing.assert_close(single.feats[0], out.feats[b, : counts[b]], atol=1e-4, rtol=0)
+        torch.testing.assert_close(single.frame_rates_hz, out.frame_rates_hz[b : b + 1])
+        assert (out.feats[b, counts[b] :] == 0).all()
 
 
 def test_batch_without_common_frame_count_falls_back_to_standard_rate_with_padding():
