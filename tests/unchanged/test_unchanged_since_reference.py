@@ -1,0 +1,61 @@
+"""What a user sees has not moved since the reference commit, the last one before the planner and
+step-context redesign: batch plans (epochs 1-5 of every ``batch_type: dynres`` config on two
+corpora), features, SpecAugment, and the main config's first training steps (losses, weights,
+gradient norms), each computed by the reference's package and by this checkout's, in separate
+processes on this machine (:mod:`fingerprints`), and compared exactly.
+
+The one intended difference is listed in :data:`INTENDED` with its reason.
+"""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REFERENCE_COMMIT = "04c0b4feeccccd7f37e8e405880cf828bb04c400"
+ROOT = Path(__file__).resolve().parents[2]
+FINGERPRINTS = Path(__file__).resolve().parent / "fingerprints.py"
+
+# Fingerprint keys allowed to differ, and why.
+INTENDED = {
+    "plans": {},
+    "features": {},
+    "steps": {},
+}
+
+
+@pytest.fixture(scope="module")
+def reference_package(tmp_path_factory):
+    found = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{REFERENCE_COMMIT}^{{commit}}"],
+                           capture_output=True)
+    if found.returncode != 0:
+        pytest.skip(f"this clone lacks the reference commit {REFERENCE_COMMIT} (a shallow clone?): "
+                    "git fetch --unshallow, then rerun")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", REFERENCE_COMMIT, "espnet_dynres"],
+                             capture_output=True, check=True).stdout
+    out = tmp_path_factory.mktemp("reference")
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(out, filter="data")
+    return out
+
+
+def fingerprint(what: str, package_root: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(package_root), OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, str(FINGERPRINTS), what, "--repo", str(ROOT)], env=env,
+                         capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("what", ["plans", "features", "steps"])
+def test_what_a_user_sees_is_unchanged_since_the_reference(reference_package, what):
+    before, after = fingerprint(what, reference_package), fingerprint(what, ROOT)
+    assert sorted(before) == sorted(after)
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert changed == sorted(INTENDED[what]), {k: (before[k], after[k]) for k in changed}
