@@ -33,7 +33,7 @@ if str(HERE) not in sys.path:  # benchmarks/common.py, also when this file is im
 from common import DEFAULT_FSDD_DIR, pad_batch, real_utterances  # noqa: E402
 from espnet2.asr.frontend.default import DefaultFrontend  # noqa: E402
 from espnet_dynres.asr.frontend.dynres import DynResFrontend  # noqa: E402
-from espnet_dynres.frame_rate_policy import FrameRatePolicy  # noqa: E402
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy  # noqa: E402
 
 BASELINE = "DefaultFrontend (100 Hz)"
 

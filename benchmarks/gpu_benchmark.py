@@ -287,7 +287,7 @@ class Setup:
         self.distributed_option = build_dataclass(DistributedOption, args)
         self.iter_factory = ASRTask.build_iter_factory(args, self.distributed_option, mode="train")
         self.probe = StepProbe(self.model, device)
-        from espnet_dynres.frame_rate_policy import parse_fs
+        from espnet_dynres.core.frame_rate_policy import parse_fs
 
         self.fs_hz = parse_fs((args.frontend_conf or {}).get("fs", 16000))
         self.steps: List[Dict] = []

@@ -215,7 +215,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", message="You are using DynamicBucketingSampler with an eagerly read CutSet")
 
     from espnet_dynres.batch_audit import audit_batches, read_shape_table
-    from espnet_dynres.frame_rate_policy import FrameRatePolicy
+    from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 
     policy = FrameRatePolicy(fs=FS_HZ, hop_length=HOP, min_frame_rate_hz=70.0, max_frame_rate_hz=130.0)
     out = Path(args.out_dir)

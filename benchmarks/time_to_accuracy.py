@@ -386,7 +386,7 @@ def encoder_frames_per_epoch(args, config: Path, epoch: int = 1, seed: Optional[
     """The audit CLI's figures for ``epoch`` (``--config``: the arm's own sampler and frame-rate
     settings, ``--epoch``/``--seed``: that epoch's plan) on the training shape files;
     ``--batch_type`` / ``--batch_bins`` in ``--asr_args`` override, as in training."""
-    from espnet_dynres.frame_rate_policy import parse_fs
+    from espnet_dynres.core.frame_rate_policy import parse_fs
 
     stats = args.expdir / args.stats_dir / "train"
     cmd = [sys.executable, "-m", "espnet_dynres.bin.audit_batches", "--config", str(config), "--fs", str(parse_fs(args.fs)),

@@ -53,7 +53,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from espnet_dynres.frame_rate_policy import standard_frame_counts
+from espnet_dynres.core.frame_rate_policy import standard_frame_counts
 from espnet_dynres.samplers.dynres_batch_sampler import read_shape_file
 
 ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
@@ -328,7 +328,7 @@ def audit_batches(
             of being counted at the standard rate.  Needs ``planned_frames``.
         batch_type: name for the report.
         build_time_sec: measured build time to carry into the report.
-        policy: the dynres :class:`~espnet_dynres.frame_rate_policy.FrameRatePolicy`, to count
+        policy: the dynres :class:`~espnet_dynres.core.frame_rate_policy.FrameRatePolicy`, to count
             the utterances planned below its clamp (``num_below_clamp``).
 
     Raises:

@@ -14,7 +14,7 @@ from espnet_dynres.batch_audit import (
     composition_change,
     read_shape_table,
 )
-from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from factory import write_shape_files
 
 HOP = 160

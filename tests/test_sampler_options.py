@@ -8,7 +8,7 @@ import espnet_dynres  # noqa: F401
 from espnet2.tasks.asr import ASRTask
 from espnet2.train.distributed_utils import DistributedOption
 from espnet_dynres import batch_audit
-from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from factory import RECIPE_FRONTEND, task_args, write_data_dir
 
 
@@ -36,7 +36,7 @@ def test_max_batch_size_is_honoured_and_training_equals_the_audit(data_dir):
 
 
 def sampler_min_frames(sampler):
-    return dict(zip(sampler.keys, sampler._min))
+    return dict(zip(sampler.keys, sampler.planner.min_frames.tolist()))
 
 
 def test_oversized_and_shuffle_jitter_reach_the_sampler_from_the_command_line_and_yaml(data_dir, tmp_path):

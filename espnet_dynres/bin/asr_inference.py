@@ -41,7 +41,7 @@ from espnet.nets.pytorch_backend.transformer.subsampling import TooShortUttError
 from espnet2.bin import asr_inference as espnet_asr_inference
 
 from espnet_dynres.ctc_feasibility import min_feature_frames
-from espnet_dynres.frame_rate_policy import parse_fs
+from espnet_dynres.core.frame_rate_policy import parse_fs
 from espnet_dynres.data_checks import check_audio_files, check_waveform, min_input_samples, read_keyed_file
 
 

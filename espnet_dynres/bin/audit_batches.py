@@ -411,8 +411,8 @@ def _audit(args: argparse.Namespace, stdout) -> int:
         summary["batch_kinds"] = {name: kinds.count(name) for name in ("rule", "lowered", "padded")}
         print("batch kinds           : " + ", ".join(f"{k} {n}" for k, n in summary["batch_kinds"].items())
               + " (rule: the batch rule's T; lowered: T lowered to the budget; padded: no common T)")
-        constraint = built.sampler.constraint  # the sampler's own BatchConstraint
-        over = sum(not constraint.admits(max(f), len(f)) for f in built.sampler.utt_frames_for_epoch(args.epoch))
+        planner = built.sampler.planner  # the sampler's own rules
+        over = sum(not planner.within_budget(f) for f in built.sampler.utt_frames_for_epoch(args.epoch))
         summary["num_over_budget_batches"] = over
         print(f"over-budget batches   : {over} (B x T above batch_bins or B above max_batch_size: oversized "
               "utterances alone, or batches forced to min_batch_size)")

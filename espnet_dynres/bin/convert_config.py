@@ -162,7 +162,7 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
 
 
 def _fs_hz(fs: str) -> int:
-    from espnet_dynres.frame_rate_policy import parse_fs  # noqa: PLC0415
+    from espnet_dynres.core.frame_rate_policy import parse_fs  # noqa: PLC0415
 
     return parse_fs(fs)
 

@@ -14,7 +14,7 @@ from espnet_dynres import config_checks, data_checks
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.batch_audit import numel_sized_budget
 from espnet_dynres.ctc_feasibility import training_min_frames
-from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.iterators.dynres_iter_factory import DynResIterFactory
 from espnet_dynres.plugin_switches import plugin_switches_on
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler

@@ -12,13 +12,12 @@ from typeguard import typechecked
 
 from espnet2.samplers.abs_sampler import AbsSampler
 
-from espnet_dynres.batch_constraint import BatchConstraint
-from espnet_dynres.frame_rate_policy import BatchKind, FrameRatePolicy
+from espnet_dynres.core.batch_planner import BATCH_FILLS, BatchKind, BatchPlan, BatchPlanner
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.data_checks import blank_line_message
 
 OVERSIZED_ACTIONS = ("warn", "error")
 SHOWN_OVERSIZED = 5  # oversized utterances named in the plan's summary line (the count is always given)
-BATCH_FILLS = ("below", "nearest")
 
 
 def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
@@ -146,7 +145,7 @@ class DynResBatchSampler(AbsSampler):
     length, ``sort_batch``); :meth:`frames_for_epoch` the planned ``T`` per
     batch (``None``: a padded batch, each member at its own lowest frame count);
     :meth:`kinds_for_epoch` how each batch was planned
-    (:class:`~espnet_dynres.frame_rate_policy.BatchKind`: rule, lowered, padded; standard for
+    (:class:`~espnet_dynres.core.frame_rate_policy.BatchKind`: rule, lowered, padded; standard for
     validation); :meth:`utt_frames_for_epoch` the planned frames per utterance, which the
     iterator hands to the ``dynres`` frontend so the frontend computes exactly
     the plan.  Every utterance is in exactly one batch of every epoch; the
@@ -223,7 +222,6 @@ class DynResBatchSampler(AbsSampler):
             )
         self.batch_bins = batch_bins
         self.max_batch_size = max_batch_size
-        self.constraint = BatchConstraint(policy, batch_bins, max_batch_size)  # rules (a)-(d)
         self.shape_files = list(shape_files)
         self.policy = policy
         self.sort_in_batch = sort_in_batch
@@ -245,15 +243,10 @@ class DynResBatchSampler(AbsSampler):
         samples = np.array([self.utt2samples[k] for k in self.keys], dtype=np.int64)
         self._samples = samples.tolist()
         self._samples_arr = samples
-        std = policy.standard_frame_counts(samples)
-        self._std = std.tolist()
-        lo, hi = policy.frame_count_ranges(samples)
-        self._lo_arr, self._hi_arr, self._std_arr = lo, hi, std
-        self._lo, self._hi = lo.tolist(), hi.tolist()
-        self._fallback_lo = policy.frame_count_ranges(samples, policy.fallback_frame_rate_hz)[0].tolist()
-        self._min = [
-            min(int((utt2min_frames or {}).get(k, 1)), s) for k, s in zip(self.keys, self._std)
-        ]
+        min_frames = None if utt2min_frames is None else [int(utt2min_frames.get(k, 1)) for k in self.keys]
+        # The one place that knows the batch rules (module espnet_dynres.core.batch_planner).
+        self.planner = BatchPlanner(policy, samples, min_frames, batch_bins, max_batch_size, batch_fill,
+                                    evaluation=not shuffle)
         self._log_samples = np.log(np.maximum(samples, 1).astype(np.float64))
         self._sorted = np.lexsort((np.arange(len(samples)), samples))  # by length, then file order
         self._cache: Dict[int, Tuple[List[Tuple[str, ...]], List[Optional[int]], List[Tuple[int, ...]], List[BatchKind]]] = {}
@@ -262,7 +255,7 @@ class DynResBatchSampler(AbsSampler):
         self._below_clamp: Dict[int, int] = {}  # epoch -> utterances planned below the clamp
         self._logged_below_clamp: Optional[int] = None
         # The smallest budget with every utterance alone inside the clamp (and its CTC minimum).
-        self.min_batch_bins_in_clamp = self.min_batch_size * int(max(max(a, b) for a, b in zip(self._lo, self._min)))
+        self.min_batch_bins_in_clamp = self.planner.min_batch_bins_in_clamp(self.min_batch_size)
         self._plan(1)  # validate (oversized="error") at build time
 
     # ------------------------------------------------------------- public
@@ -285,7 +278,7 @@ class DynResBatchSampler(AbsSampler):
         return list(self._plan(epoch)[1])
 
     def kinds_for_epoch(self, epoch: int) -> List[BatchKind]:
-        """How each batch of ``epoch`` was planned (:class:`~espnet_dynres.frame_rate_policy.BatchKind`);
+        """How each batch of ``epoch`` was planned (:class:`~espnet_dynres.core.frame_rate_policy.BatchKind`);
         validation batches (``shuffle=False``) are ``STANDARD``."""
         return list(self._plan(epoch)[3])
 
@@ -340,50 +333,27 @@ class DynResBatchSampler(AbsSampler):
         return np.lexsort((np.arange(len(key)), key))
 
     def _group(self, order: np.ndarray, rates_hz: Optional[np.ndarray] = None) -> List[List[int]]:
-        """Greedy grouping of utterance indices in ``order``: rules (a)–(d) of the class docstring are
-        :attr:`constraint`'s (:class:`~espnet_dynres.batch_constraint.BatchConstraint`), (e) is here.
-        ``rates_hz``: the drawn target rate of each batch in fill order (``target_frame_rate_range_hz``),
-        else ``None``."""
-        pick, admits = self.policy.pick_frame_count, self.constraint.admits
-        budget, max_bs, min_bs = self.batch_bins, self.max_batch_size or math.inf, self.min_batch_size
-        nearest = self.batch_fill == "nearest"
-        lo_, hi_, std_, min_ = self._lo, self._hi, self._std, self._min
+        """Utterance indices in ``order``, grouped by :attr:`planner` (rules (a)–(e) for training,
+        the evaluation cost for validation): a batch closes when the next utterance does not join,
+        unless it has fewer than ``min_batch_size``.  ``rates_hz``: the drawn target rate of each
+        batch in fill order (``target_frame_rate_range_hz``), else ``None``."""
+        planner, min_bs = self.planner, self.min_batch_size
+        add, force = planner.add, planner.force
         batches: List[List[int]] = []
         current: List[int] = []
-        lo, hi, total_std, need = 1, None, 0, 0
-        rate = None if rates_hz is None else float(rates_hz[0])
-        # Plain comparisons instead of min()/max() calls: this loop runs once per utterance
-        # (1M utterances in a few seconds).
+        planner.reset(None if rates_hz is None else float(rates_hz[0]))
         for i in order.tolist():
-            u_lo, u_hi, u_min = lo_[i], hi_[i], min_[i]
-            if current:
-                size = len(current) + 1
-                new_lo = lo if lo > u_lo else u_lo
-                new_hi = hi if hi < u_hi else u_hi
-                new_need = need if need > u_min else u_min
-                t = pick(new_lo, new_hi, total_std + std_[i], size, None, rate) if new_lo <= new_hi else None
-                fits = t is not None and admits(t, size, new_need)
-                if not fits and nearest and t is not None and size <= max_bs:
-                    # Rule (e): over the budget at the rule's T by less than the room the batch
-                    # leaves without this utterance -> join at T = budget // size (frames).
-                    over = size * t - budget
-                    room = budget - (size - 1) * pick(lo, hi, total_std, size - 1, None, rate)
-                    t = budget // size
-                    fits = 0 < over < room and admits(t, size, new_lo if new_lo > new_need else new_need)
-                if fits:
-                    current.append(i)
-                    lo, hi, need = new_lo, new_hi, new_need
-                    total_std += std_[i]
-                    continue
-                if size - 1 < min_bs:  # forced: too few utterances to close the batch
-                    current.append(i)
-                    lo, hi, need = new_lo, new_hi, new_need
-                    total_std += std_[i]
-                    continue
-                batches.append(current)
-                if rates_hz is not None:
-                    rate = float(rates_hz[len(batches)])
-            current, lo, hi, total_std, need = [i], u_lo, u_hi, std_[i], u_min
+            if add(i):
+                current.append(i)
+                continue
+            if len(current) < min_bs:  # forced: too few utterances to close the batch
+                force(i)
+                current.append(i)
+                continue
+            batches.append(current)
+            planner.reset(None if rates_hz is None else float(rates_hz[len(batches)]))
+            force(i)
+            current = [i]
         return self._close_last(batches, current)
 
     def _close_last(self, batches: List[List[int]], current: List[int]) -> List[List[int]]:
@@ -402,31 +372,9 @@ class DynResBatchSampler(AbsSampler):
             batches.append(current)
         return batches
 
-    def _group_padded(self, order: np.ndarray) -> List[List[int]]:
-        """Validation grouping by the cost the frontend really computes in eval mode: every
-        utterance at the standard rate, padded to the longest, so ``B × max(standard frames)
-        <= batch_bins`` (and ``max_batch_size``); ``min_batch_size`` as in :meth:`_group`."""
-        admits, min_bs = self.constraint.admits, self.min_batch_size
-        std_ = self._std
-        batches: List[List[int]] = []
-        current: List[int] = []
-        longest = 0
-        for i in order.tolist():
-            new_longest = longest if longest > std_[i] else std_[i]
-            if current and (admits(new_longest, len(current) + 1) or len(current) < min_bs):
-                current.append(i)
-                longest = new_longest
-                continue
-            if current:
-                batches.append(current)
-            current, longest = [i], std_[i]
-        return self._close_last(batches, current)
-
-    def _padded_frames(self, batch: List[int]) -> Tuple[int, Tuple[int, ...], BatchKind]:
-        """Validation batch: ``(padded T = longest standard frame count, standard frames per utterance)``;
-        a lone utterance over the budget is named (``oversized``) as in :meth:`_frames`."""
-        counts = tuple(self._std[i] for i in batch)
-        t = max(counts)
+    def _name_oversized_valid(self, batch: List[int], plan: BatchPlan) -> None:
+        """A lone validation utterance over the budget at the standard rate is named (``oversized``)."""
+        t = plan.num_frames
         if len(batch) == 1 and t > self.batch_bins:
             key = self.keys[batch[0]]
             self._report_oversized(
@@ -435,7 +383,6 @@ class DynResBatchSampler(AbsSampler):
                 f"the standard rate, more than valid_batch_bins={self.batch_bins}",
                 "raise valid_batch_bins, split the recording, or set oversized: warn.",
             )
-        return t, counts, BatchKind.STANDARD
 
     def _sort_members(self, groups: List[List[int]]) -> List[List[int]]:
         """Each group's members by length (ascending; ties by file order), in one numpy sort."""
@@ -447,66 +394,13 @@ class DynResBatchSampler(AbsSampler):
         flat_list = flat.tolist()
         return [flat_list[a:b] for a, b in zip([0] + bounds[:-1], bounds)]
 
-    def _group_ranges(self, groups: List[List[int]]) -> Tuple[List[int], List[int], List[int]]:
-        """Per group: the intersection ``(lo, hi)`` of the members' frame-count ranges and their
-        summed standard frame counts — the inputs of the policy's batch rule, vectorized."""
-        flat = np.fromiter((i for g in groups for i in g), dtype=np.int64)
-        starts = np.cumsum([0] + [len(g) for g in groups[:-1]])
-        lo = np.maximum.reduceat(self._lo_arr[flat], starts)
-        hi = np.minimum.reduceat(self._hi_arr[flat], starts)
-        std = np.add.reduceat(self._std_arr[flat], starts)
-        return lo.tolist(), hi.tolist(), std.tolist()
-
-    def _frames(
-        self, batch: List[int], epoch: int, lo: int, hi: int, total_std: int, rate_hz: Optional[float] = None
-    ) -> Tuple[Optional[int], Tuple[int, ...], BatchKind]:
-        """Planned ``T`` (``None`` = a padded batch), frames per utterance and kind of one batch.
-
-        ``lo``, ``hi``, ``total_std`` come from :meth:`_group_ranges`; ``rate_hz`` is the batch's
-        drawn target rate (``None``: the policy's own target).  Rule 1 of
-        :class:`FrameRatePolicy` on them; if the intersection is empty, rule 2
-        (lower limit relaxed to ``fallback_frame_rate_hz``).  ``T`` is raised to
-        the members' CTC minimum where the clamp allows, and, if ``B × T`` is over
-        ``batch_bins`` (a lone long utterance, or a batch forced to hold
-        ``min_batch_size`` utterances under DDP), lowered toward the budget, never
-        below the fallback rate or the CTC minimum.  With no common ``T`` at all,
-        every member gets its own lowest frame count (fallback rate, CTC minimum)
-        and the batch is padded to the longest: ``T`` is ``None``.  A batch still
-        over the budget is named (:meth:`_name_oversized`).
-        """
-        size = len(batch)
-        lowest = [max(self._fallback_lo[i], self._min[i]) for i in batch]  # per member, capped below
-        need = max(self._min[i] for i in batch)
-        t = self.policy.pick_frame_count(lo, hi, total_std, size, epoch, rate_hz)
-        floor = lo
-        if t is None:
-            floor = max(self._fallback_lo[i] for i in batch)
-            t = self.policy.pick_frame_count(floor, hi, total_std, size, epoch, rate_hz)
-        if t is not None:
-            # A target frame rate below the standard one can put T under a member's CTC minimum
-            # (rule (d)); raise T to it where the clamp allows.
-            if t < need <= hi:
-                t = need
-            kind = BatchKind.RULE
-            if size * t > self.batch_bins:  # lower toward the budget, inside the clamp
-                fb_floor = max(self._fallback_lo[i] for i in batch)
-                lowered = max(fb_floor, need if need <= hi else fb_floor, min(t, self.batch_bins // size))
-                kind = BatchKind.LOWERED if lowered < t else kind
-                t = lowered
-                if size * t > self.batch_bins:
-                    self._name_oversized(batch, t)
-            return t, (t,) * size, kind
-        counts = tuple(min(c, self._hi[i]) for c, i in zip(lowest, batch))
-        if size * max(counts) > self.batch_bins:
-            self._name_oversized(batch, max(counts))
-        return None, counts, BatchKind.PADDED
-
     def _name_oversized(self, batch: List[int], t: int) -> None:
         """Name the batch's longest utterance in the plan's summary (``oversized="warn"``) or refuse it
         (``"error"``)."""
-        i = max(batch, key=lambda j: (self._fallback_lo[j], self._samples[j]))
+        fallback_lo = self.planner.lowest_at_fallback
+        i = max(batch, key=lambda j: (int(fallback_lo[j]), self._samples[j]))
         key = self.keys[i]
-        lowest = max(self._fallback_lo[i], self._min[i])
+        lowest = self.planner.lowest_frames(i)
         if len(batch) == 1:
             message = (
                 f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {lowest} frames even at "
@@ -570,12 +464,16 @@ class DynResBatchSampler(AbsSampler):
         if self.shuffle:
             rates = self.policy.batch_target_rates_hz(self.seed, epoch, len(self.keys) + 1)
             groups = self._sort_members(self._group(self._order(epoch), rates))
-            ranges = self._group_ranges(groups)
-            rates = [None] * len(groups) if rates is None else rates[: len(groups)].tolist()
-            planned = [self._frames(g, epoch, lo, hi, std, r) for g, lo, hi, std, r in zip(groups, *ranges, rates)]
+            plans = self.planner.plan_groups(groups, epoch, None if rates is None else rates[: len(groups)].tolist())
+            for g, plan in zip(groups, plans):
+                if plan.cost_frames > self.batch_bins:
+                    self._name_oversized(g, max(plan.frames))
         else:  # validation: computed at the standard rate, padded to the longest (the frontend's eval mode)
-            groups = self._sort_members(self._group_padded(self._sorted))
-            planned = [self._padded_frames(g) for g in groups]
+            groups = self._sort_members(self._group(self._sorted))
+            plans = self.planner.plan_groups(groups)
+            for g, plan in zip(groups, plans):
+                self._name_oversized_valid(g, plan)
+        planned = [(p.num_frames, p.frames, p.kind) for p in plans]
         if self.shuffle:
             perm = np.random.default_rng([self.seed, epoch, 1]).permutation(len(groups)).tolist()
         else:

@@ -7,7 +7,7 @@ import pytest
 from espnet2.train.collate_fn import CommonCollateFn
 from espnet2.train.dataset import ESPnetDataset
 
-from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.iterators.dynres_iter_factory import DynResIterFactory
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import write_data_dir, write_wav

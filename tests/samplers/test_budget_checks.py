@@ -13,7 +13,7 @@ from espnet2.tasks.asr import ASRTask
 from espnet2.train.distributed_utils import DistributedOption
 from espnet_dynres import batch_audit
 from espnet_dynres.bin import audit_batches
-from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import task_args, write_data_dir, write_shape_files
 

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
-from espnet_dynres.frame_rate_policy import BatchKind, FrameRatePolicy
+from espnet_dynres.core.batch_planner import BatchKind
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import RECIPE_FRONTEND, write_shape_files
 

@@ -16,8 +16,8 @@ from espnet2.layers.log_mel import LogMel
 from espnet2.layers.stft import Stft
 
 from espnet_dynres import data_checks
-from espnet_dynres.batch_constraint import BatchConstraint
-from espnet_dynres.frame_rate_policy import FrameRatePolicy, parse_fs
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlanner
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
 FILTERBANKS = ("original", "resampled")
@@ -268,7 +268,6 @@ class DynResFrontend(AbsFrontend):
         self.logmel = LogMel(fs=fs, **self._mel_options)
         self.frontend_type = "dynres"
         self.num_fallback_batches = 0  # a running count for the log message only
-        self.constraint = BatchConstraint(self.policy)  # no budget: rules 1-3 for a batch without a plan
 
     def output_size(self) -> int:
         return self.n_mels
@@ -347,13 +346,13 @@ class DynResFrontend(AbsFrontend):
         fallback = False
         if self.is_dynamic():
             feats_lengths, fallback = self.frame_counts(input_lengths, speech_frames)
-            if not fallback:
-                if self.method == "hop":
-                    feats, rates = self.hop_logmel(input, input_lengths, feats_lengths)
-                else:
-                    feats, rates = self.resample_logmel(input, input_lengths, feats_lengths)
-                return DynResFeatures(feats, feats_lengths, rates, False) if with_rates else (feats, feats_lengths)
-            self._count_fallback(input_lengths)
+            if fallback:
+                self._count_fallback(input_lengths)
+            if self.method == "hop":
+                feats, rates = self.hop_logmel(input, input_lengths, feats_lengths)
+            else:
+                feats, rates = self.resample_logmel(input, input_lengths, feats_lengths)
+            return DynResFeatures(feats, feats_lengths, rates, fallback) if with_rates else (feats, feats_lengths)
         if self.policy.eval_frame_rate_hz is not None:
             # eval_frame_rate_hz: one fixed shift fs / rate for every utterance (validation, re-estimate, decoding).
             feats_lengths = torch.from_numpy(self.policy.eval_frame_counts(input_lengths.cpu().numpy())).to(input.device)
@@ -386,8 +385,8 @@ class DynResFrontend(AbsFrontend):
         lengths = [int(n) for n in input_lengths.tolist()]
         if speech_frames is not None:
             return self.check_planned_frames(lengths, speech_frames.to(input_lengths.device))
-        counts, fallback = self.constraint.batch_frame_counts(lengths)
-        return torch.tensor(counts, dtype=torch.long, device=input_lengths.device), fallback
+        plan = BatchPlanner.for_batch(self.policy, lengths).plan_batch()  # the sampler's rules, no budget
+        return torch.tensor(plan.frames, dtype=torch.long, device=input_lengths.device), plan.kind is BatchKind.PADDED
 
     def check_planned_frames(self, lengths: List[int], planned: torch.Tensor) -> Tuple[torch.Tensor, bool]:
         """Validate the sampler's plan (batch key ``speech_frames``) against the batch.
@@ -400,7 +399,7 @@ class DynResFrontend(AbsFrontend):
             ``(feats_lengths (B,) int64, False)``: the plan itself, computed as planned; each count
             must be reachable by its utterance between ``fallback_frame_rate_hz`` and
             ``max_frame_rate_hz`` (one common ``T`` for a rule or lowered batch, one count per
-            member for the sampler's padded batch, :class:`~espnet_dynres.frame_rate_policy.BatchKind`).
+            member for the sampler's padded batch, :class:`~espnet_dynres.core.frame_rate_policy.BatchKind`).
             A plan is never a fallback batch: that is the frontend's own rule 3, without a plan.
 
         Raises:
@@ -430,8 +429,8 @@ class DynResFrontend(AbsFrontend):
         secs = [n / self.fs for n in input_lengths.tolist()]
         logging.warning(
             f"dynres frontend: batch of {len(secs)} utterances ({min(secs):.2f}-{max(secs):.2f} s) has no "
-            f"common frame count down to {self.policy.fallback_frame_rate_hz:g} Hz; computed at the standard "
-            f"rate with padding (fallback batch #{self.num_fallback_batches})."
+            f"common frame count down to {self.policy.fallback_frame_rate_hz:g} Hz; each utterance computed at its "
+            f"lowest rate, padded to the longest (fallback batch #{self.num_fallback_batches})."
         )
 
     # ---------------------------------------------------------------- hop

@@ -205,18 +205,18 @@ def test_resample_filterbank_variants_batched_equal_one_by_one_on_a_planned_padd
         assert (out.feats[b, counts[b] :] == 0).all()
 
 
-def test_batch_without_common_frame_count_falls_back_to_standard_rate_with_padding():
+def test_batch_without_common_frame_count_is_planned_as_the_sampler_plans_it_each_at_its_lowest_rate():
     short, long = real_utterances(1, concat=1, start=0)[0], real_utterances(1, concat=8, start=20)[0]
     speech, lengths = pad_batch([short, long])
     fe = DynResFrontend(**RECIPE_FRONTEND).train()
     assert fe.policy.common_frame_count(lengths.tolist(), min_rate_hz=50.0) is None
     out = fe.features(speech, lengths)
-    feats, feats_lengths = out.feats, out.feats_lengths
-    ref, ref_lengths = default_frontend().eval()(speech, lengths)
-    assert torch.equal(feats_lengths, ref_lengths) and out.fallback
-    assert fe.num_fallback_batches == 1
-    assert (feats - ref).abs().max().item() <= 1e-4
-    assert out.frame_rates_hz is None
+    lowest = [fe.policy.frame_count_range(n, fe.policy.fallback_frame_rate_hz)[0] for n in lengths.tolist()]
+    assert out.feats_lengths.tolist() == lowest and out.fallback and fe.num_fallback_batches == 1
+    # the same features as that plan given explicitly (the sampler's padded batch)
+    planned = fe.features(speech, lengths, torch.tensor(lowest))
+    assert torch.equal(planned.feats, out.feats) and not planned.fallback
+    torch.testing.assert_close(out.frame_rates_hz, torch.full((2,), 50.0), atol=0.5, rtol=0)
 
 
 def test_rates_between_fallback_and_min_are_used_without_padding():

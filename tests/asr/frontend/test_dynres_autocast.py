@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
-from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from factory import RECIPE_FRONTEND, pad_batch, real_utterances
 
 # Tolerance: the frontend must run the identical float32 computation under autocast, so

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from espnet2.fileio.read_text import read_2columns_text
 
-from espnet_dynres.frame_rate_policy import parse_fs
+from espnet_dynres.core.frame_rate_policy import parse_fs
 from espnet_dynres.data_checks import check_audio_file, check_waveform
 
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from espnet_dynres.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from factory import RECIPE_FRONTEND
 
 POLICY = FrameRatePolicy()  # 16 kHz, hop 160 (100 Hz), clamp 70-130 Hz

@@ -26,20 +26,14 @@ Inside the allowed interval the policy takes the frame shift closest to the
 standard ``hop_length``, so an utterance whose ``T`` equals its standard frame
 count is analysed exactly as ESPnet's ``DefaultFrontend`` would.
 
-The batch rule (:meth:`FrameRatePolicy.common_frame_count`; whether a batch fits, and rules 1–3 for a
-whole batch: :class:`espnet_dynres.batch_constraint.BatchConstraint`):
-
-1. ``T`` = the mean of the utterances' standard frame counts times
-   ``target_frame_rate_hz / standard rate`` (1 by default: the mean standard
-   frame count), rounded, clipped into the intersection of their ranges at
-   ``[min_frame_rate_hz, max_frame_rate_hz]``; every utterance gets ``T``.
-   A target below the standard rate makes the batch cost fewer encoder frames
-   (``target / standard`` of them when no clip applies).  (The ``dynres`` sampler
-   only builds such batches, except as its docstring says.)
-2. If that intersection is empty, the same with the lower limit relaxed to
-   ``fallback_frame_rate_hz``.
-3. If still empty, every utterance at the standard rate, zero-padded to the
-   longest — a *fallback batch*, counted and logged by the frontend.
+The batch rule (:meth:`FrameRatePolicy.pick_frame_count`, :meth:`FrameRatePolicy.common_frame_count`):
+``T`` = the mean of the utterances' standard frame counts times ``target_frame_rate_hz / standard
+rate`` (1 by default: the mean standard frame count), rounded, clipped into the intersection of
+their ranges at ``[min_frame_rate_hz, max_frame_rate_hz]``; every utterance gets ``T``.  A target
+below the standard rate makes the batch cost fewer encoder frames (``target / standard`` of them
+when no clip applies).  What happens when that intersection is empty, the budget, the CTC minimum
+and padding are the planner's (:mod:`espnet_dynres.core.batch_planner`), the one place that
+plans a batch.
 
 Optional drawn target rate (``target_frame_rate_range_hz = (lo, hi)``): each training batch
 aims at its own target rate, drawn uniformly from ``[lo, hi]`` Hz by
@@ -57,35 +51,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 from typing import Optional, Sequence, Tuple, Union
 
 import humanfriendly
 import torch
-
-
-class BatchKind(str, Enum):
-    """How a training batch's frame counts were planned; the sampler records it per batch
-    (:meth:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler.kinds_for_epoch`).
-
-    * ``RULE``: one common ``T`` from the batch rule (rules 1–2 below), raised to the members'
-      CTC minimum where the clamp allows.
-    * ``LOWERED``: one common ``T`` below the rule's, lowered toward ``batch_bins / B`` (an
-      oversized utterance alone, a batch forced to ``min_batch_size`` under DDP, or
-      ``batch_fill: nearest``), never below ``fallback_frame_rate_hz`` or a CTC minimum.
-    * ``PADDED``: no common ``T``: each member at its own lowest frame count, zero-padded to the
-      longest (the sampler's *padded batch*; a plan, never at the standard rate).
-    * ``STANDARD``: every member at the standard rate, padded to the longest: a validation batch,
-      which the frontend computes in eval mode.
-
-    The frontend's *fallback batch* (rule 3: no plan and no common ``T``, computed at the
-    standard rate and padded) is not a plan and has no kind.
-    """
-
-    RULE = "rule"
-    LOWERED = "lowered"
-    PADDED = "padded"
-    STANDARD = "standard"
 
 
 def standard_frame_counts(num_samples, hop_length: int):

@@ -1,0 +1,302 @@
+"""The one object that plans a dynres batch: which utterances join it, and the frames each gets.
+
+Every rule about a batch's frame counts is written here and nowhere else.  Three users:
+
+* the ``dynres`` sampler grows each batch with :meth:`BatchPlanner.add` and plans it with
+  :meth:`BatchPlanner.plan`;
+* the ``dynres`` frontend, given a training batch without a plan (another ``batch_type``), asks
+  :meth:`BatchPlanner.plan_batch` (no budget, no CTC minimum);
+* the BatchNorm re-estimate batches its sample by :func:`evaluation_batch_fits`, the cost the
+  validation sampler plans with.
+
+**Joining a training batch** (:meth:`BatchPlanner.add`).  An utterance joins while
+
+(a) the :class:`~espnet_dynres.core.frame_rate_policy.FrameRatePolicy` still finds one frame count
+    ``T`` for the whole batch inside the clamp ``[min_frame_rate_hz, max_frame_rate_hz]`` (its batch
+    rule, at the batch's target rate),
+(b) ``B × T <= batch_bins`` (feature frames),
+(c) ``B <= max_batch_size``, and
+(d) ``T`` leaves every member at least its CTC minimum;
+(e) with ``batch_fill="nearest"``, an utterance that takes ``B × T`` over ``batch_bins`` still joins
+    when the overshoot is smaller than the room the batch leaves without it, and ``T`` is lowered
+    to ``batch_bins // B``, which must stay inside every member's clamp and CTC minimum.
+
+**The plan of a batch** (:meth:`BatchPlanner.plan`, a :class:`BatchPlan`):
+
+1. ``T`` from the batch rule inside the clamp; if none exists, the same with the lower limit
+   relaxed to ``fallback_frame_rate_hz``;
+2. ``T`` raised to the members' CTC minimum where the clamp allows; if ``B × T`` is over
+   ``batch_bins`` (a lone long utterance, or a batch forced to ``min_batch_size`` under DDP),
+   lowered toward ``batch_bins // B``, never below the fallback rate or the CTC minimum
+   (kind ``LOWERED``; else ``RULE``);
+3. with no common ``T`` at all: each member at its own lowest frame count (the fallback rate, or
+   its CTC minimum, at most its highest count), zero-padded to the longest (kind ``PADDED``).
+
+This is also the rule for a batch without a plan: the frontend's *fallback batch* is a ``PADDED``
+plan it made itself.
+
+**Evaluation** (validation, the re-estimate): every member at the standard rate, padded to the
+longest, so a batch costs ``B × max(standard frames)`` (:func:`evaluation_batch_fits`; kind
+``STANDARD``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
+
+BATCH_FILLS = ("below", "nearest")
+
+
+class BatchKind(str, Enum):
+    """How a batch's frame counts were planned (rules of the module docstring).
+
+    * ``RULE``: one common ``T`` from the batch rule (rules 1–2), raised to the members' CTC minimum
+      where the clamp allows.
+    * ``LOWERED``: one common ``T`` below the rule's, lowered toward ``batch_bins / B``.
+    * ``PADDED``: no common ``T``: each member at its own lowest frame count, padded (rule 3).
+    * ``STANDARD``: every member at the standard rate, padded to the longest (evaluation).
+    """
+
+    RULE = "rule"
+    LOWERED = "lowered"
+    PADDED = "padded"
+    STANDARD = "standard"
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """A batch's planned feature frames per utterance, and how they were planned.
+
+    Attributes:
+        frames: ``B`` frame counts, one per member, in the order the members were given.
+        kind: :class:`BatchKind`.
+    """
+
+    frames: Tuple[int, ...]
+    kind: BatchKind
+
+    @property
+    def num_frames(self) -> Optional[int]:
+        """The batch's ``T``: the common count, or the padded length of an evaluation batch;
+        ``None`` for a ``PADDED`` training batch (each member has its own count)."""
+        return None if self.kind is BatchKind.PADDED else max(self.frames)
+
+    @property
+    def cost_frames(self) -> int:
+        """``B × max(frames)``: what the batch costs in the budget's unit, padding included."""
+        return len(self.frames) * max(self.frames)
+
+
+def evaluation_batch_fits(batch_size: int, longest_cost: int, batch_bins: Optional[int],
+                          max_batch_size: Optional[int] = None) -> bool:
+    """The evaluation cost rule: ``batch_size × longest_cost <= batch_bins`` and ``batch_size <=
+    max_batch_size`` (``None``: no limit).  ``longest_cost`` is the longest member's standard frame
+    count (or, for the re-estimate under ESPnet's element budgets, its input elements)."""
+    return ((batch_bins is None or batch_size * longest_cost <= batch_bins)
+            and (max_batch_size is None or batch_size <= max_batch_size))
+
+
+class BatchPlanner:
+    """Plans batches of a set of utterances (rules in the module docstring).
+
+    Stateful as lhotse's ``TimeConstraint``: :meth:`reset` opens a batch, :meth:`add` admits an
+    utterance to it or refuses it (leaving the batch as it was), :meth:`force` adds one regardless
+    (a batch that must reach ``min_batch_size``); :meth:`plan` gives any group's
+    :class:`BatchPlan`.  Utterances are given by their index into ``num_samples``.
+
+    Args:
+        policy: the frame-rate policy shared with the frontend.
+        num_samples: ``(N,)`` int samples per utterance.
+        min_frames: ``(N,)`` int CTC minimum per utterance (feature frames; capped at the standard
+            count), or ``None`` (1).
+        batch_bins: frame budget ``B × T`` (feature frames), or ``None``: no budget.
+        max_batch_size: most utterances per batch, or ``None``.
+        batch_fill: ``"below"`` or ``"nearest"`` (rule (e)).
+        evaluation: plan evaluation batches (every member at the standard rate, padded) instead of
+            training batches.
+
+    Raises:
+        ValueError: ``batch_bins < 1``, ``max_batch_size < 1``, an unknown ``batch_fill``.
+    """
+
+    def __init__(self, policy: FrameRatePolicy, num_samples: Sequence[int], min_frames: Optional[Sequence[int]] = None,
+                 batch_bins: Optional[int] = None, max_batch_size: Optional[int] = None, batch_fill: str = "below",
+                 evaluation: bool = False):
+        if batch_bins is not None and batch_bins < 1:
+            raise ValueError(f"batch_bins must be >= 1 frame, got {batch_bins}")
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if batch_fill not in BATCH_FILLS:
+            raise ValueError(f"batch_fill must be one of {BATCH_FILLS}, got {batch_fill!r}")
+        self.policy = policy
+        self.batch_bins = batch_bins
+        self.max_batch_size = max_batch_size
+        self.batch_fill = batch_fill
+        self.evaluation = evaluation
+        samples = np.asarray(num_samples, dtype=np.int64)
+        self.num_samples = samples
+        std = policy.standard_frame_counts(samples)
+        lo, hi = policy.frame_count_ranges(samples)
+        fallback_lo = policy.frame_count_ranges(samples, policy.fallback_frame_rate_hz)[0]
+        mins = np.ones_like(std) if min_frames is None else np.minimum(np.asarray(min_frames, dtype=np.int64), std)
+        self.standard_frames, self.lowest_in_clamp, self.highest = std, lo, hi
+        self.lowest_at_fallback, self.min_frames = fallback_lo, mins
+        # Python lists: add() runs once per utterance (a million in a few seconds).
+        self._std, self._lo, self._hi = std.tolist(), lo.tolist(), hi.tolist()
+        self._fb_lo, self._min = fallback_lo.tolist(), mins.tolist()
+        self._bins = math.inf if batch_bins is None else batch_bins
+        self._max_bs = math.inf if max_batch_size is None else max_batch_size
+        self._nearest = batch_fill == "nearest"
+        self._pick = policy.pick_frame_count
+        self.reset()
+
+    @classmethod
+    def for_batch(cls, policy: FrameRatePolicy, num_samples: Sequence[int]) -> "BatchPlanner":
+        """A planner for one batch without a budget or CTC minimum (the frontend without a plan)."""
+        return cls(policy, num_samples)
+
+    def plan_batch(self, epoch: Optional[int] = None) -> BatchPlan:
+        """:meth:`plan` of every utterance of this planner, in order (the frontend's batch without a plan).
+
+        Raises:
+            ValueError: no utterance.
+        """
+        if len(self._std) == 0:
+            raise ValueError("a batch needs at least one utterance")
+        return self.plan(range(len(self._std)), epoch)
+
+    # ------------------------------------------------------------ growing a batch
+    def reset(self, target_rate_hz: Optional[float] = None) -> None:
+        """Open an empty batch aiming at ``target_rate_hz`` (a drawn rate, Hz; ``None``: the policy's)."""
+        self.size = 0
+        self.target_rate_hz = target_rate_hz
+        self._lo_b, self._hi_b, self._std_b, self._need_b, self._longest = 1, None, 0, 0, 0
+
+    def add(self, i: int) -> bool:
+        """Admit utterance ``i`` to the open batch if the rules allow (True), else leave it as it was."""
+        if self.size == 0:
+            self.force(i)
+            return True
+        size = self.size + 1
+        if self.evaluation:
+            s = self._std[i]
+            longest = self._longest if self._longest > s else s
+            if size * longest <= self._bins and size <= self._max_bs:
+                self.size, self._longest = size, longest
+                return True
+            return False
+        u_lo, u_hi, u_min = self._lo[i], self._hi[i], self._min[i]
+        lo, hi, need = self._lo_b, self._hi_b, self._need_b
+        # Plain comparisons instead of min()/max(): this runs once per utterance.
+        new_lo = lo if lo > u_lo else u_lo
+        new_hi = hi if hi < u_hi else u_hi
+        new_need = need if need > u_min else u_min
+        if new_lo > new_hi:
+            return False
+        rate = self.target_rate_hz
+        total = self._std_b + self._std[i]
+        t = self._pick(new_lo, new_hi, total, size, None, rate)
+        fits = new_need <= t and size * t <= self._bins and size <= self._max_bs
+        if not fits and self._nearest and size <= self._max_bs:
+            # Rule (e): over the budget by less than the room the batch leaves without this utterance.
+            over = size * t - self._bins
+            room = self._bins - (size - 1) * self._pick(lo, hi, self._std_b, size - 1, None, rate)
+            t = self._bins // size
+            fits = 0 < over < room and t >= (new_lo if new_lo > new_need else new_need)
+        if not fits:
+            return False
+        self.size, self._lo_b, self._hi_b, self._need_b, self._std_b = size, new_lo, new_hi, new_need, total
+        return True
+
+    def force(self, i: int) -> None:
+        """Add utterance ``i`` to the open batch whatever the rules say (its plan may then be
+        ``LOWERED`` or ``PADDED``)."""
+        u_lo, u_hi, u_min, s = self._lo[i], self._hi[i], self._min[i], self._std[i]
+        if self.size == 0:
+            self._lo_b, self._hi_b, self._need_b, self._std_b, self._longest = u_lo, u_hi, u_min, s, s
+        else:
+            self._lo_b = max(self._lo_b, u_lo)
+            self._hi_b = min(self._hi_b, u_hi)
+            self._need_b = max(self._need_b, u_min)
+            self._std_b += s
+            self._longest = max(self._longest, s)
+        self.size += 1
+
+    # ------------------------------------------------------------ planning a batch
+    def plan(self, members: Sequence[int], epoch: Optional[int] = None,
+             target_rate_hz: Optional[float] = None) -> BatchPlan:
+        """The :class:`BatchPlan` of the batch of utterances ``members`` (rules 1–3, or the
+        evaluation rule), frames in the order of ``members``.
+
+        Args:
+            members: utterance indices (at least one).
+            epoch: 1-based epoch for the policy's resolution curriculum; ``None``: none.
+            target_rate_hz: the batch's drawn target rate (Hz); ``None``: the policy's target.
+        """
+        members = list(members)
+        size = len(members)
+        if self.evaluation:
+            counts = tuple(self._std[i] for i in members)
+            return BatchPlan(counts, BatchKind.STANDARD)
+        lo = max(self._lo[i] for i in members)
+        hi = min(self._hi[i] for i in members)
+        total = sum(self._std[i] for i in members)
+        return self._plan_from_totals(members, lo, hi, total, epoch, target_rate_hz)
+
+    def _plan_from_totals(self, members, lo: int, hi: int, total_std: int, epoch: Optional[int],
+                          target_rate_hz: Optional[float]) -> BatchPlan:
+        """:meth:`plan` from the members' range intersection and summed standard frames (the
+        sampler has them for all of an epoch's batches at once)."""
+        size = len(members)
+        need = max(self._min[i] for i in members)
+        pick = self.policy.pick_frame_count
+        t = pick(lo, hi, total_std, size, epoch, target_rate_hz)
+        if t is None:  # rule 2: the lower limit relaxed to the fallback rate
+            t = pick(max(self._fb_lo[i] for i in members), hi, total_std, size, epoch, target_rate_hz)
+        if t is None:  # rule 3: each member at its own lowest frame count, padded
+            counts = tuple(min(max(self._fb_lo[i], self._min[i]), self._hi[i]) for i in members)
+            return BatchPlan(counts, BatchKind.PADDED)
+        if t < need <= hi:  # a target below the standard rate can put T under a CTC minimum
+            t = need
+        kind = BatchKind.RULE
+        if size * t > self._bins:  # lower toward the budget, never below the fallback rate or CTC minimum
+            floor = max(self._fb_lo[i] for i in members)
+            lowered = max(floor, need if need <= hi else floor, min(t, self._bins // size))
+            kind = BatchKind.LOWERED if lowered < t else kind
+            t = lowered
+        return BatchPlan((t,) * size, kind)
+
+    def plan_groups(self, groups: Sequence[Sequence[int]], epoch: Optional[int] = None,
+                    target_rates_hz: Optional[Sequence[Optional[float]]] = None) -> list:
+        """:meth:`plan` of many groups, their ranges and totals computed at once (numpy)."""
+        if self.evaluation:
+            return [self.plan(g) for g in groups]
+        flat = np.fromiter((i for g in groups for i in g), dtype=np.int64)
+        starts = np.cumsum([0] + [len(g) for g in groups[:-1]])
+        lo = np.maximum.reduceat(self.lowest_in_clamp[flat], starts).tolist()
+        hi = np.minimum.reduceat(self.highest[flat], starts).tolist()
+        std = np.add.reduceat(self.standard_frames[flat], starts).tolist()
+        rates = [None] * len(groups) if target_rates_hz is None else target_rates_hz
+        return [self._plan_from_totals(g, a, b, s, epoch, r) for g, a, b, s, r in zip(groups, lo, hi, std, rates)]
+
+    def within_budget(self, frames: Sequence[int]) -> bool:
+        """Whether a batch planned at ``frames`` (one count per member) keeps ``batch_bins`` (``B ×`` its
+        longest count, padding included) and ``max_batch_size``."""
+        return evaluation_batch_fits(len(frames), max(frames), self.batch_bins, self.max_batch_size)
+
+    def lowest_frames(self, i: int) -> int:
+        """The fewest frames utterance ``i`` can be planned: its count at the fallback rate, or its CTC
+        minimum if higher."""
+        return max(self._fb_lo[i], self._min[i])
+
+    def min_batch_bins_in_clamp(self, min_batch_size: int = 1) -> int:
+        """The smallest ``batch_bins`` with every utterance alone inside the clamp and its CTC minimum
+        (``min_batch_size`` of the longest)."""
+        return min_batch_size * int(np.maximum(self.lowest_in_clamp, self.min_frames).max())
