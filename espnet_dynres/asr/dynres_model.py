@@ -14,6 +14,7 @@ from espnet2.asr.espnet_model import ESPnetASRModel
 from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, RestatBudget, batchnorm_layers, encoder_blocks
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
+from espnet_dynres.asr.step_context import StepContext
 
 
 class DynResASRModel(ESPnetASRModel):
@@ -68,12 +69,10 @@ class DynResASRModel(ESPnetASRModel):
        works on raw audio and on extracted features
        (``frontend: null``, ``speech (B, T_frames, D)``) alike.
 
-    Why one attribute of per-forward state (``self._speech_frames``): ESPnet's
-    ``forward`` calls ``self.encode(speech, speech_lengths)``, which calls
-    ``self._extract_feats(speech, speech_lengths)``; neither has room for the
-    plan.  It is set at the start of :meth:`forward` and cleared in its
-    ``finally``, on the module object that runs the forward (a
-    ``DataParallel`` replica has its own), so nothing outlives the batch.
+    One forward's plan, mode and figures travel in one
+    :class:`~espnet_dynres.asr.step_context.StepContext`, opened by :meth:`forward`, held as
+    ``self._step`` while it runs (ESPnet's ``encode`` and ``_extract_feats`` have no room for it)
+    and dropped in its ``finally``, so nothing outlives the batch.
 
     Decoding (``eval()``) and collect-stats (``torch.no_grad()``) run at the
     standard rate without SpecAugment, as ESPnet's model with
@@ -102,9 +101,7 @@ class DynResASRModel(ESPnetASRModel):
             dynres_specaug, arguments["specaug"] = specaug, None
         super().__init__(**arguments)
         self.dynres_specaug: Optional[DynResSpecAug] = dynres_specaug
-        self._speech_frames: Optional[torch.Tensor] = None  # (B,) the plan of the running forward only
-        self._fallback: Optional[bool] = None  # the running forward's fallback flag, for its stat
-        self._below_clamp: Optional[int] = None  # the running forward's below_clamp count, for its stat
+        self._step: Optional[StepContext] = None  # the running forward's, only while it runs
         # not a module and no buffers: the sample never enters a checkpoint
         self._batchnorm_restat = batchnorm_restat if batchnorm_layers(self) else None
         self.batchnorm_restat_batches = batchnorm_restat_batches  # as configured (recorded in the run's config.yaml)
@@ -186,35 +183,34 @@ class DynResASRModel(ESPnetASRModel):
                     f"{tuple(speech_frames.shape)}: the batch's plan does not match its utterances; build batches "
                     "with the dynres iterator (batch_type: dynres), which adds one planned count per utterance."
                 )
-        if self.training and torch.is_grad_enabled() and self._batchnorm_restat is not None:
+        step = StepContext.for_model(self, speech_frames, kwargs.get("utt_id"))
+        if step.dynamic and self._batchnorm_restat is not None:
             self._batchnorm_restat.add(speech, speech_lengths, self.batchnorm_restat_budget)
-        self._speech_frames = speech_frames
-        self._fallback = None
-        self._below_clamp = None
-        self._frame_stats = None
+        self._step = step
         try:
-            loss, stats, weight = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
-            if self._fallback is not None:
-                stats["frame_rate_fallback"] = torch.tensor([float(self._fallback)], device=loss.device)
-            if self._below_clamp is not None:
-                stats["below_clamp"] = torch.tensor([float(self._below_clamp)], device=loss.device)
-            for name, value in (self._frame_stats or {}).items():
-                stats[name] = torch.tensor([float(value)], device=loss.device)
+            return self.step_forward(step, speech, speech_lengths, text, text_lengths, **kwargs)
         finally:
-            self._speech_frames = None
-            self._fallback = None
-            self._below_clamp = None
-            self._frame_stats = None
+            self._step = None
+
+    def step_forward(
+        self, step: StepContext, speech: torch.Tensor, speech_lengths: torch.Tensor, text: torch.Tensor,
+        text_lengths: torch.Tensor, **kwargs,
+    ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor], torch.Tensor]:
+        """ESPnet's forward inside the open ``step`` (arguments as :meth:`forward`), its frame-rate
+        figures added to the stats."""
+        loss, stats, weight = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
+        stats.update(step.frame_rate_stats(loss.device))
         return loss, stats, weight
 
     def frontend_features(
-        self, speech: torch.Tensor, speech_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None
+        self, speech: torch.Tensor, speech_lengths: torch.Tensor, step: StepContext
     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-        """The frontend's output and each utterance's frame-rate ratio.
+        """The frontend's output in ``step``'s mode, with its plan, and each utterance's frame-rate
+        ratio; ``step``'s frame figures are filled in.
 
         Args:
             speech: ``(B, T_samples)`` float32 (padded); speech_lengths ``(B,)`` int64.
-            speech_frames: ``(B,)`` int64 plan for the ``dynres`` frontend, or ``None``.
+            step: the forward's context (mode and plan in, figures out).
 
         Returns:
             feats ``(B, T_frames, n_mels)``, feats_lengths ``(B,)`` int64 and
@@ -225,16 +221,16 @@ class DynResASRModel(ESPnetASRModel):
             return feats, feats_lengths, None
         assert speech_lengths.dim() == 1, f"speech_lengths must be (B,), got {tuple(speech_lengths.shape)}"
         speech = speech[:, : speech_lengths.max()]  # as ESPnet's _extract_feats (DataParallel padding)
-        out = self.frontend.features(speech, speech_lengths, speech_frames)
-        self._fallback = out.fallback
+        out = self.frontend.features(speech, speech_lengths, step.speech_frames, dynamic=step.dynamic)
+        step.fallback = out.fallback
         ratios = None
-        self._below_clamp = 0  # at the standard rate (evaluation, a fallback batch) nothing is below the clamp
+        step.below_clamp = 0  # at the standard rate (evaluation) nothing is below the clamp
         if out.frame_rates_hz is not None:
             policy = self.frontend.policy
             ratios = out.frame_rates_hz / policy.standard_frame_rate_hz  # (B,)
-            self._below_clamp = int(policy.below_clamp(speech_lengths.tolist(), out.feats_lengths.tolist()).sum())
-        if self.training:
-            self._frame_stats = self.frame_rate_stats(speech_lengths, out.feats_lengths, out.frame_rates_hz)
+            step.below_clamp = int(policy.below_clamp(speech_lengths.tolist(), out.feats_lengths.tolist()).sum())
+        if step.augment:  # a training forward (ESPnet's condition for its training figures)
+            step.frame_stats = self.frame_rate_stats(speech_lengths, out.feats_lengths, out.frame_rates_hz)
         return out.feats, out.feats_lengths, ratios
 
     def frame_rate_stats(
@@ -272,8 +268,9 @@ class DynResASRModel(ESPnetASRModel):
 
         Called by ESPnet's ``encode`` inside its autocast block, before ``normalize``.
         """
-        feats, feats_lengths, ratios = self.frontend_features(speech, speech_lengths, self._speech_frames)
-        if self.dynres_specaug is not None and self.training:
+        step = self._step if self._step is not None else StepContext.for_model(self)  # outside forward: encode()
+        feats, feats_lengths, ratios = self.frontend_features(speech, speech_lengths, step)
+        if self.dynres_specaug is not None and step.augment:
             feats, feats_lengths = self.dynres_specaug(feats, feats_lengths, frame_rate_ratios=ratios)
         return feats, feats_lengths
 
@@ -291,5 +288,5 @@ class DynResASRModel(ESPnetASRModel):
         ``speech_frames`` is accepted and not used: collect-stats runs under ``torch.no_grad()``,
         i.e. at the standard rate.
         """
-        feats, feats_lengths, _ = self.frontend_features(speech, speech_lengths)
+        feats, feats_lengths, _ = self.frontend_features(speech, speech_lengths, StepContext.for_model(self))
         return {"feats": feats, "feats_lengths": feats_lengths}

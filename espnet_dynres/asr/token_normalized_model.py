@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 from typeguard import typechecked
@@ -13,6 +13,7 @@ from espnet2.asr.espnet_model import ESPnetASRModel
 
 from espnet_dynres import config_checks
 from espnet_dynres.asr.dynres_model import DynResASRModel
+from espnet_dynres.asr.step_context import StepContext
 
 
 class TokenNormalizedASRModel(DynResASRModel):
@@ -108,9 +109,6 @@ class TokenNormalizedASRModel(DynResASRModel):
                     "model: token_normalized needs ctc_conf ctc_type: builtin, reduce: true, zero_infinity: true "
                     f"(got ctc_type={self.ctc.ctc_type!r}, reduce={self.ctc.reduce}, zero_infinity={zero_infinity})"
                 )
-        # Per-forward bookkeeping for the ctc_infeasible stat and its warning (set in forward only).
-        self._ctc_infeasible: Optional[int] = None
-        self._utt_ids: Optional[List[str]] = None
 
     @staticmethod
     def ctc_feasible(encoder_out_lens: torch.Tensor, ys_pad: torch.Tensor, ys_pad_lens: torch.Tensor) -> torch.Tensor:
@@ -125,42 +123,44 @@ class TokenNormalizedASRModel(DynResASRModel):
         repeats = ((ys_pad[:, 1:] == ys_pad[:, :-1]) & mask[:, 1:]).sum(dim=1)  # (B,)
         return encoder_out_lens >= ys_pad_lens + repeats
 
-    def _warn(self, what: str, flags: torch.Tensor) -> None:
+    @staticmethod
+    def _warn(step: StepContext, what: str, flags: torch.Tensor) -> None:
         count = int(flags.sum())
         if count == 0:
             return
-        ids = self._utt_ids
+        ids = step.utt_ids
         names = [ids[i] for i in flags.nonzero().flatten().tolist()] if ids is not None else []
         shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
         logging.warning(f"token_normalized: {count} utterance(s) of this batch {what}{': ' + shown if shown else ''}")
 
     def _calc_ctc_loss(self, encoder_out, encoder_out_lens, ys_pad, ys_pad_lens):
         # Counted once per forward (the final CTC layer and intermediate layers share T_b and targets).
-        if self._ctc_infeasible is None:
+        step = self._step
+        if step is not None and step.ctc_infeasible is None:
             feasible = self.ctc_feasible(encoder_out_lens, ys_pad, ys_pad_lens)
-            self._ctc_infeasible = int((~feasible).sum())
-            self._warn("have fewer encoder frames than their CTC targets need (tokens + repeats); "
+            step.ctc_infeasible = int((~feasible).sum())
+            self._warn(step, "have fewer encoder frames than their CTC targets need (tokens + repeats); "
                        "their CTC loss is 0", ~feasible)
         return super()._calc_ctc_loss(encoder_out, encoder_out_lens, ys_pad, ys_pad_lens)
 
-    def forward(
+    def step_forward(
         self,
+        step: StepContext,
         speech: torch.Tensor,
         speech_lengths: torch.Tensor,
         text: torch.Tensor,
         text_lengths: torch.Tensor,
         **kwargs,
     ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor], torch.Tensor]:
-        """Frontend + encoder + decoder + per-token loss (definition: class docstring).
+        """Frontend + encoder + decoder + per-token loss (definition: class docstring), inside the
+        forward's ``step`` (:meth:`DynResASRModel.forward` opens it; arguments as there).
 
         Args:
+            step: the forward's :class:`~espnet_dynres.asr.step_context.StepContext`.
             speech: ``(B, T_samples)`` float32 raw audio, or ``(B, T_frames, D)`` extracted
                 features without a frontend; speech_lengths ``(B,)`` int64 samples (or frames).
             text: ``(B, L_tokens)`` int64 token ids, padded with ``ignore_id``;
                 text_lengths ``(B,)`` int64 tokens before padding (0 allowed).
-            speech_frames (keyword, optional): ``(B,)`` int64 feature frames per
-                utterance planned by ``batch_type: dynres``; the ``dynres``
-                frontend computes exactly these in a training step.
             utt_id (keyword, optional): the batch's utterance ids, used in warnings.
 
         Returns:
@@ -171,34 +171,28 @@ class TokenNormalizedASRModel(DynResASRModel):
             f"speech (B, T_samples[, C]) or features (B, T_frames, D), text (B, L) and text_lengths (B,) expected, got speech {tuple(speech.shape)}, "
             f"text {tuple(text.shape)}, text_lengths {tuple(text_lengths.shape)}"
         )
-        utt_id = kwargs.pop("utt_id", None)
-        self._utt_ids = list(utt_id) if utt_id is not None else None
-        self._ctc_infeasible = None
+        kwargs.pop("utt_id", None)  # in the step
         batch_size = text_lengths.size(0)
         tokens = text_lengths.sum().to(torch.float32)  # () N, kept on the device (no host sync)
         n = tokens.clamp(min=1.0)  # () n = max(N, 1)
-        self._warn("have an empty transcript (only <eos> is trained)", text_lengths == 0)
-        try:
-            # DynResASRModel.forward: the plan (keyword speech_frames) to the frontend, ESPnet's loss.
-            loss, stats, _ = super().forward(speech, speech_lengths, text, text_lengths, **kwargs)
-            device = loss.device
-            # ESPnet divides every branch sum by B; per token: × B / n (quotient in float64, then the loss dtype).
-            scale = (batch_size / n.double()).to(device=device, dtype=loss.dtype)
-            loss = loss * scale
-            for key, value in stats.items():
-                if key.startswith("loss") and value is not None:
-                    stats[key] = value * scale
-            counts = {
-                "batch_tokens": tokens,
-                "batch_size": torch.tensor(float(batch_size)),
-                "empty_transcripts": (text_lengths == 0).sum(),
-            }
-            if self._ctc_infeasible is not None:
-                counts["ctc_infeasible"] = torch.tensor(float(self._ctc_infeasible))
-            for name, value in counts.items():
-                stats[name] = value.to(device=device, dtype=torch.float32).reshape(1)
-            weight = n.to(device=device, dtype=torch.float32).reshape(1)
-        finally:
-            self._ctc_infeasible = None
-            self._utt_ids = None
+        self._warn(step, "have an empty transcript (only <eos> is trained)", text_lengths == 0)
+        # ESPnet's loss and the frame-rate figures (DynResASRModel.step_forward).
+        loss, stats, _ = super().step_forward(step, speech, speech_lengths, text, text_lengths, **kwargs)
+        device = loss.device
+        # ESPnet divides every branch sum by B; per token: × B / n (quotient in float64, then the loss dtype).
+        scale = (batch_size / n.double()).to(device=device, dtype=loss.dtype)
+        loss = loss * scale
+        for key, value in stats.items():
+            if key.startswith("loss") and value is not None:
+                stats[key] = value * scale
+        counts = {
+            "batch_tokens": tokens,
+            "batch_size": torch.tensor(float(batch_size)),
+            "empty_transcripts": (text_lengths == 0).sum(),
+        }
+        if step.ctc_infeasible is not None:
+            counts["ctc_infeasible"] = torch.tensor(float(step.ctc_infeasible))
+        for name, value in counts.items():
+            stats[name] = value.to(device=device, dtype=torch.float32).reshape(1)
+        weight = n.to(device=device, dtype=torch.float32).reshape(1)
         return loss, stats, weight

@@ -93,10 +93,10 @@ def test_no_plan_outlives_its_forward(batch):
     model = build_tiny_model(model="dynres").train()
     highest = min(model.frontend.policy.frame_count_range(int(n))[1] for n in lengths)
     model(speech, lengths, text.clone(), text_lengths, speech_frames=torch.full((3,), highest))
-    assert model._speech_frames is None
+    assert model._step is None
     with pytest.raises(ValueError, match="same frontend_conf"):
         model(speech, lengths, text.clone(), text_lengths, speech_frames=torch.full((3,), 10**6))
-    assert model._speech_frames is None
+    assert model._step is None
     seen = encoder_input_lengths(model)
     model(speech, lengths, text.clone(), text_lengths)
     assert seen[-1] == model.frontend.frame_counts(lengths)[0].tolist()  # the rule, not a stale plan

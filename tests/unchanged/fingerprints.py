@@ -189,7 +189,8 @@ def features(repo: Path) -> Dict[str, str]:
 
 def steps(repo: Path, num_steps: int = 6) -> Dict[str, List[str]]:
     """The main config's model (as ``asr_train`` builds it) for ``num_steps`` Adam steps with
-    ESPnet's gradient clipping, on planned batches of synthetic audio."""
+    ESPnet's gradient clipping, on planned batches of synthetic audio (a common frame count where
+    one exists, else each utterance at its lowest, as the sampler plans a padded batch)."""
     import torch
     import espnet_dynres  # noqa: F401  (registers the plugin)
     from espnet2.tasks.asr import ASRTask
@@ -215,8 +216,9 @@ def steps(repo: Path, num_steps: int = 6) -> Dict[str, List[str]]:
     for step in range(num_steps):
         lengths = sorted(rng.integers(8000, 40000, size=3).tolist(), reverse=True)
         speech, speech_lengths = _speech(100 + step, lengths)
-        t = policy.common_frame_count(lengths)
-        plan = torch.tensor([t] * len(lengths)) if t is not None else None
+        t = policy.common_frame_count(lengths)  # a plan as the sampler gives it: common, else each at its lowest
+        plan = torch.tensor([t] * len(lengths) if t is not None else
+                            [policy.frame_count_range(n, policy.fallback_frame_rate_hz)[0] for n in lengths])
         text_lengths = torch.tensor([int(n // 8000) + 1 for n in lengths])
         text = torch.full((len(lengths), int(text_lengths.max())), -1, dtype=torch.long)
         for b, n in enumerate(text_lengths.tolist()):

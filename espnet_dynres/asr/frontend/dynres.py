@@ -277,13 +277,15 @@ class DynResFrontend(AbsFrontend):
         return self.training and torch.is_grad_enabled()
 
     def features(
-        self, input: torch.Tensor, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None
+        self, input: torch.Tensor, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None,
+        dynamic: Optional[bool] = None,
     ) -> DynResFeatures:
-        """``self(input, input_lengths, speech_frames, with_rates=True)``: features, lengths, rates, fallback.
+        """``self(input, input_lengths, speech_frames, with_rates=True, dynamic=dynamic)``: features, lengths,
+        rates, fallback.
 
         Goes through ``__call__``, so forward hooks on the frontend see every call.
         """
-        return self(input, input_lengths, speech_frames, with_rates=True)
+        return self(input, input_lengths, speech_frames, with_rates=True, dynamic=dynamic)
 
     @float32_features
     def forward(
@@ -292,6 +294,7 @@ class DynResFrontend(AbsFrontend):
         input_lengths: torch.Tensor,
         speech_frames: Optional[torch.Tensor] = None,
         with_rates: bool = False,
+        dynamic: Optional[bool] = None,
     ) -> Union[Tuple[torch.Tensor, torch.Tensor], DynResFeatures]:
         """Log-mel features, computed in float32 with autocast off (:func:`float32_features`).
 
@@ -309,6 +312,9 @@ class DynResFrontend(AbsFrontend):
                 outside a training step (standard rate).
             with_rates: return :class:`DynResFeatures` (as :meth:`features`)
                 instead of the :class:`AbsFrontend` pair ``(feats, feats_lengths)``.
+            dynamic: a training step (per-utterance frame rates) or not, as the caller decided
+                (``model: dynres``'s step context); ``None``: :meth:`is_dynamic` (the
+                :class:`AbsFrontend` interface, called by ESPnet's own models).
 
         Returns:
             ``(feats, feats_lengths)``, or with ``with_rates`` a
@@ -325,14 +331,15 @@ class DynResFrontend(AbsFrontend):
                 that is neither 2-D nor 3-D, NaN/inf samples, or a plan this
                 policy cannot produce.
         """
-        if input.dim() == 3 and not self.is_dynamic():
+        dynamic = self.is_dynamic() if dynamic is None else dynamic
+        if input.dim() == 3 and not dynamic:
             # (B, T_samples, C) -> (B, T_samples): DefaultFrontend's channel choice (its STFT is per channel).
             ch = int(np.random.randint(input.size(2))) if self.training else 0
             input = input[:, :, ch]
         if input.dim() != 2:
             raise ValueError(
                 f"frontend dynres: speech of shape {tuple(input.shape)}"
-                + (" in a training step" if self.is_dynamic() else "")
+                + (" in a training step" if dynamic else "")
                 + "; it takes mono (B, T_samples) (multi-channel (B, T_samples, C) only outside a training step). "
                 "Down-mix or pick one channel when preparing the data (e.g. `sox in.wav -c 1 "
                 "out.wav`, or recipe stage 3)."
@@ -344,7 +351,7 @@ class DynResFrontend(AbsFrontend):
         # DefaultFrontend does, so decoding writes a hypothesis for every utterance.
         data_checks.check_speech_batch(input, input_lengths, min_samples=0)
         fallback = False
-        if self.is_dynamic():
+        if dynamic:
             feats_lengths, fallback = self.frame_counts(input_lengths, speech_frames)
             if fallback:
                 self._count_fallback(input_lengths)
