@@ -40,6 +40,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from espnet_dynres.core.batch_planner import evaluation_batch_fits
+from espnet_dynres.core.frame_rate_policy import standard_frame_counts
+
 
 def batchnorm_layers(module: torch.nn.Module) -> List[_BatchNorm]:
     """The BatchNorm layers of ``module`` that keep running statistics (those evaluation uses)."""
@@ -106,22 +109,19 @@ class RestatBudget:
     def cost(self, utt: torch.Tensor) -> int:
         """Cost of one utterance ``(T_samples,)``, ``(T_samples, C)`` or ``(T_frames, D)`` (class docstring)."""
         if self.hop_length is not None:
-            return 1 + int(utt.shape[0]) // self.hop_length
+            return int(standard_frame_counts([int(utt.shape[0])], self.hop_length)[0])
         return int(utt.numel())
 
     def fits(self, size: int, longest: torch.Tensor) -> bool:
-        """Whether ``size`` utterances whose longest is ``longest`` make one batch."""
+        """Whether ``size`` utterances whose longest is ``longest`` make one batch: the planner's
+        evaluation cost (:func:`~espnet_dynres.core.batch_planner.evaluation_batch_fits`), with
+        ESPnet's ``folded`` limit on the count."""
         if size == 1:
             return True
-        if self.batch_bins is not None and size * self.cost(longest) > self.batch_bins:
-            return False
-        if self.max_batch_size is not None:
-            limit = self.max_batch_size
-            if self.fold_length is not None:
-                limit = max(1, limit // (1 + int(longest.shape[0]) // self.fold_length))
-            if size > limit:
-                return False
-        return True
+        limit = self.max_batch_size
+        if limit is not None and self.fold_length is not None:
+            limit = max(1, limit // (1 + int(longest.shape[0]) // self.fold_length))
+        return evaluation_batch_fits(size, self.cost(longest), self.batch_bins, limit)
 
     def sample_cost(self, utt: torch.Tensor) -> int:
         """An utterance's share of the re-estimate's sample (:class:`BatchNormRestat`): its

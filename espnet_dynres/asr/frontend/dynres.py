@@ -16,6 +16,7 @@ from espnet2.layers.log_mel import LogMel
 from espnet2.layers.stft import Stft
 
 from espnet_dynres import data_checks
+from espnet_dynres.core import features
 from espnet_dynres.core.batch_planner import BatchKind, BatchPlanner
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy, parse_fs
 
@@ -365,7 +366,8 @@ class DynResFrontend(AbsFrontend):
             feats_lengths = torch.from_numpy(self.policy.eval_frame_counts(input_lengths.cpu().numpy())).to(input.device)
             shifts = torch.full((input.size(0),), self.policy.eval_frame_shift_samples, dtype=torch.float64,
                                 device=input.device)
-            feats = self.framed_logmel(input.float(), input_lengths, shifts, feats_lengths, self.logmel)
+            window = features.padded_window(self.window, self.win_length, self.n_fft, input.device)
+            feats = features.framed_logmel(input.float(), input_lengths, shifts, feats_lengths, window, self.logmel)
             return DynResFeatures(feats, feats_lengths, None, fallback) if with_rates else (feats, feats_lengths)
         # float32 for the features whatever autocast does around us.
         stft, feats_lengths = self.stft(input.float(), input_lengths)  # (B, T_frames, F, 2)
@@ -440,11 +442,12 @@ class DynResFrontend(AbsFrontend):
             f"lowest rate, padded to the longest (fallback batch #{self.num_fallback_batches})."
         )
 
-    # ---------------------------------------------------------------- hop
+    # ------------------------------------------------------ the two methods
     def hop_logmel(
         self, speech: torch.Tensor, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``method: hop``: per-utterance fractional frame shift, whole batch at once.
+        """``method: hop``: each utterance at its own fractional frame shift, the batch at once
+        (:func:`~espnet_dynres.core.features.framed_logmel`).
 
         Args:
             speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples;
@@ -453,102 +456,16 @@ class DynResFrontend(AbsFrontend):
         Returns:
             feats ``(B, max(feats_lengths), n_mels)`` and the frame rates ``(B,)`` float (Hz).
         """
-        shifts = self.policy.frame_shifts_samples(speech_lengths.to(speech.device), feats_lengths.to(speech.device))  # (B,)
-        feats = self.framed_logmel(speech, speech_lengths, shifts, feats_lengths, self.logmel)
+        shifts = self.policy.frame_shifts_samples(speech_lengths.to(speech.device), feats_lengths.to(speech.device))
+        window = features.padded_window(self.window, self.win_length, self.n_fft, speech.device)
+        feats = features.framed_logmel(speech, speech_lengths, shifts, feats_lengths, window, self.logmel)
         return feats, (self.fs / shifts).float()
-
-    def framed_logmel(
-        self,
-        speech: torch.Tensor,
-        speech_lengths: torch.Tensor,
-        shifts: torch.Tensor,
-        feats_lengths: torch.Tensor,
-        logmel: LogMel,
-    ) -> torch.Tensor:
-        """Log-mel of frames centred on ``round(t × shift_b)``, reflected at each utterance's ends.
-
-        As ``torch.stft(center=True, pad_mode="reflect")`` does for one
-        utterance: each frame reads ``n_fft`` samples around its centre, the
-        ``win_length`` window centred in ``n_fft``; ``rfft``, power, ``logmel``.
-        Cost: one copy of the batch (:meth:`reflect_padded`), one gather of
-        ``B × T × n_fft`` samples (the frames; ``torch.stft`` materialises as
-        many), then the same FFT, power and mel matmul as ``DefaultFrontend``.
-
-        Args:
-            speech ``(B, T_samples)``; speech_lengths ``(B,)`` int64; shifts
-            ``(B,)`` float64 samples; feats_lengths ``(B,)`` int64 frames.
-
-        Returns:
-            feats ``(B, max(feats_lengths), n_mels)``, frames past an
-            utterance's length set to 0.
-        """
-        device = speech.device
-        t_max = int(feats_lengths.max())
-        padded = self.reflect_padded(speech, speech_lengths)  # (B, L_max + n_fft)
-        # Frame t of utterance b starts at padded sample round(t * shift_b) (centre minus n_fft/2).
-        t_idx = torch.arange(t_max, device=device, dtype=torch.float64)  # (T,)
-        starts = torch.round(shifts[:, None] * t_idx[None, :]).long()  # (B, T)
-        starts = starts.clamp(max=padded.size(1) - self.n_fft)
-        # Every n_fft-sample window of the flattened batch is a row of one strided view;
-        # index_select copies the B x T wanted rows (faster than indexing an unfold view).
-        batch, padded_len = padded.shape
-        windows = padded.reshape(-1).as_strided((batch * padded_len - self.n_fft + 1, self.n_fft), (1, 1))
-        rows = (starts + torch.arange(batch, device=device)[:, None] * padded_len).reshape(-1)  # (B * T,)
-        frames = windows.index_select(0, rows).view(batch, t_max, self.n_fft)  # (B, T, n_fft), a copy
-        frames.mul_(self._padded_window(device))
-        spec = torch.fft.rfft(frames, n=self.n_fft)  # (B, T, n_fft // 2 + 1)
-        # x * x is bit-identical to DefaultFrontend's x ** 2 and faster on CPU.
-        power = spec.real * spec.real + spec.imag * spec.imag
-        # Masking padded frames costs a pass over the output; a dynamic batch has none.
-        all_full = bool((feats_lengths == t_max).all())
-        feats, _ = logmel(power, None if all_full else feats_lengths)  # (B, T, n_mels), padding -> 0
-        return feats
-
-    def reflect_padded(self, speech: torch.Tensor, speech_lengths: torch.Tensor) -> torch.Tensor:
-        """Every utterance reflect-padded by ``n_fft // 2`` samples at its own two ends.
-
-        Sample ``i`` of the result is the utterance's sample ``i - n_fft // 2``
-        for ``0 <= i - n_fft // 2 < L_b``, its mirror image (without repeating
-        the edge sample, as ``pad_mode="reflect"``; repeated for utterances
-        shorter than the pad) in the ``n_fft // 2`` samples on either side, and
-        unspecified beyond ``L_b + n_fft // 2`` (no frame of utterance ``b``
-        reads there).  One copy of the batch plus an ``O(B × n_fft)`` gather.
-
-        Args:
-            speech: ``(B, T_samples)`` float; speech_lengths: ``(B,)`` int64 samples.
-
-        Returns:
-            ``(B, T_samples + n_fft)`` float32.
-        """
-        half = self.n_fft // 2
-        speech = speech.float()
-        padded = torch.nn.functional.pad(speech, (half, half))  # (B, L_max + n_fft)
-        j = torch.arange(half, device=speech.device)  # (n_fft/2,)
-        n = speech_lengths.to(speech.device).long().clamp(min=1)[:, None]  # (B, 1)
-        pos = torch.cat([(j - half).expand(n.size(0), half), n + j], dim=1)  # (B, n_fft): both borders
-        period = (2 * (n - 1)).clamp(min=1)
-        src = torch.remainder(pos, period)
-        src = torch.where(src >= n, period - src, src).clamp(min=0)
-        src = torch.where(n == 1, torch.zeros_like(src), src)  # (B, n_fft) source samples
-        return padded.scatter_(1, pos + half, speech.gather(1, src))
-
-    # ----------------------------------------------------------- resample
-    def resample_rate_hz(self, num_samples: int, num_frames: int) -> int:
-        """``fs'``: the rate at which ``hop_length`` gives the utterance's frame rate, on the grid."""
-        rate_hz = self.policy.frame_rate_hz(num_samples, num_frames)
-        ideal = self.fs * rate_hz / self.policy.standard_frame_rate_hz
-        return max(self.resample_grid_hz, int(round(ideal / self.resample_grid_hz)) * self.resample_grid_hz)
 
     def resample_logmel(
         self, speech: torch.Tensor, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``method: resample``: polyphase resampling, then (nearly) the standard hop.
-
-        Utterances that snap to the same ``fs'`` are resampled together, as the
-        rows of one zero-padded tensor (zeros past an utterance's end are what
-        ``torchaudio.functional.resample`` assumes there anyway), with the
-        polyphase kernel built once per ``fs'`` and kept
-        (:meth:`resampler`); then one :meth:`framed_logmel` for the batch.
+        """``method: resample``: each utterance resampled to its rate on the grid
+        (:func:`~espnet_dynres.core.features.resample_rows`), then framed at (nearly) the standard hop.
 
         Args:
             speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples;
@@ -559,46 +476,23 @@ class DynResFrontend(AbsFrontend):
             float (Hz, in the original time axis).
         """
         device = speech.device
-        lengths = speech_lengths.to(device).long()
         counts = feats_lengths.to(device)
-        new_rates = self.resample_rates_hz(lengths, counts)  # (B,) int64 Hz, on the grid
-        # Samples after resampling, as torchaudio computes them: ceil(L * fs' / fs) in reduced terms.
-        g = torch.gcd(new_rates, torch.full_like(new_rates, self.fs))
-        new_lengths = torch.where(
-            new_rates == self.fs,
-            lengths,
-            torch.ceil((new_rates // g * lengths).double() / (self.fs // g).double()).long(),
-        )  # (B,)
-        padded = speech.new_zeros(speech.size(0), int(new_lengths.max()))  # (B, T_resampled)
-        rates_list = new_rates.tolist()
-        for fs_new in sorted(set(rates_list)):  # a loop over distinct rates, not utterances
-            rows = (new_rates == fs_new).nonzero().flatten()
-            n_max = int(lengths[rows].max())
-            wav = speech[rows, :n_max].float()
-            wav = wav * (torch.arange(n_max, device=device)[None, :] < lengths[rows, None])  # zero past each end
-            if fs_new != self.fs:
-                wav = self.resampler(fs_new, device)(wav)  # (rows, ceil(n_max * fs' / fs))
-            padded[rows, : wav.size(1)] = wav
+        new_rates = features.resample_rates_hz(self.policy, speech_lengths.to(device).long(), counts,
+                                               self.resample_grid_hz)  # (B,) int64 Hz
+        padded, new_lengths = features.resample_rows(speech, speech_lengths, new_rates, self.fs,
+                                                     lambda fs_new: self.resampler(fs_new, device))
         shifts = self.policy.frame_shifts_samples(new_lengths, counts, fs_hz=new_rates)  # (B,) samples at fs'
+        window = features.padded_window(self.window, self.win_length, self.n_fft, device)
         if self.resample_filterbank == "original":
-            feats = self.framed_logmel(padded, new_lengths, shifts, feats_lengths, self.logmel)
+            feats = features.framed_logmel(padded, new_lengths, shifts, feats_lengths, window, self.logmel)
         else:
             feats = torch.zeros(speech.size(0), int(feats_lengths.max()), self.n_mels, device=device)
-            for fs_new in sorted(set(rates_list)):
+            for fs_new in sorted(set(new_rates.tolist())):
                 sel = new_rates == fs_new
-                part = self.framed_logmel(
-                    padded[sel], new_lengths[sel], shifts[sel], feats_lengths[sel], self._logmel_for(fs_new, device)
-                )  # (rows, the longest of these rows, n_mels): a padded batch's rows differ in length
-                feats[sel, : part.size(1)] = part
-        rates = new_rates.double() / shifts
-        return feats, rates.float()
-
-    def resample_rates_hz(self, num_samples: torch.Tensor, num_frames: torch.Tensor) -> torch.Tensor:
-        """:meth:`resample_rate_hz` for a batch: ``(B,)`` int64 Hz from ``(B,)`` samples and frames."""
-        rate_hz = self.fs / self.policy.frame_shifts_samples(num_samples, num_frames)  # (B,) float64
-        ideal = self.fs * rate_hz / self.policy.standard_frame_rate_hz
-        grid = self.resample_grid_hz
-        return (torch.round(ideal / grid) * grid).clamp(min=grid).long()
+                part = features.framed_logmel(padded[sel], new_lengths[sel], shifts[sel], feats_lengths[sel], window,
+                                              self._logmel_for(fs_new, device))
+                feats[sel, : part.size(1)] = part  # a padded batch's rows differ in length
+        return feats, (new_rates.double() / shifts).float()
 
     def resampler(self, fs_new: int, device: torch.device) -> torchaudio.transforms.Resample:
         """``fs -> fs_new`` windowed-sinc resampler (``sinc_interp_hann``), its kernel built once and kept.
@@ -619,12 +513,3 @@ class DynResFrontend(AbsFrontend):
             options["fmax"] = min(options["fmax"] or self.fs / 2, self.fs / 2)
             self._resampled_logmels[fs_new] = LogMel(fs=fs_new, **options)
         return self._resampled_logmels[fs_new].to(device)
-
-    def _padded_window(self, device: torch.device) -> torch.Tensor:
-        """The analysis window zero-padded to ``n_fft``, centred (as torch.stft)."""
-        if self.window is None:
-            win = torch.ones(self.win_length, device=device)
-        else:
-            win = getattr(torch, f"{self.window}_window")(self.win_length, device=device)
-        left = (self.n_fft - self.win_length) // 2
-        return torch.nn.functional.pad(win, (left, self.n_fft - self.win_length - left))

@@ -4,6 +4,7 @@ import torch
 
 from espnet2.asr.frontend.default import DefaultFrontend
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from espnet_dynres.core import features
 from factory import RECIPE_FRONTEND, pad_batch, real_utterances
 
 METHODS = ["hop", "resample"]
@@ -76,21 +77,6 @@ def test_hop_gradient_at_standard_frame_count_equals_default_frontend(real_batch
         assert scale > 0 and (x.grad - x_ref.grad).abs().max() <= 1e-4 * scale
 
 
-@pytest.mark.parametrize("num_samples", [1, 2, 5, 256, 257, 1000, 4000])
-def test_reflect_padded_mirrors_each_utterance_at_its_own_ends(num_samples):
-    # numpy's "reflect" (repeated for pads longer than the signal) is the reference; the batch
-    # holds a longer utterance so the short one is zero-padded as in an ESPnet batch.
-    fe = DynResFrontend(**RECIPE_FRONTEND)
-    gen = torch.Generator().manual_seed(num_samples)
-    short, long = torch.randn(num_samples, generator=gen), torch.randn(5000, generator=gen)
-    speech, lengths = pad_batch([short, long])
-    padded = fe.reflect_padded(speech, lengths)
-    assert padded.shape == (2, 5000 + 512)
-    for b, w in enumerate((short, long)):
-        ref = np.pad(w.numpy(), 256, mode="reflect")
-        assert np.array_equal(padded[b, : len(w) + 512].numpy(), ref)
-
-
 @pytest.mark.parametrize("fs_hz", [None, [11200, 16000, 20800]])
 def test_batched_frame_shifts_are_bit_identical_to_the_policy(fs_hz):
     fe = DynResFrontend(**RECIPE_FRONTEND)
@@ -112,17 +98,6 @@ def test_batched_frame_shifts_are_bit_identical_to_the_policy(fs_hz):
     assert torch.equal((1 + torch.floor(num_samples / shifts))[nonempty].long(), num_frames[nonempty])
     with pytest.raises(ValueError, match="num_frames"):
         fe.policy.frame_shifts_samples(torch.tensor([1600]), torch.tensor([0]))
-
-
-def test_framed_logmel_zeroes_frames_past_each_utterance(real_batch):
-    _, speech, lengths = real_batch
-    fe = DynResFrontend(**RECIPE_FRONTEND)
-    feats_lengths = 1 + lengths // 160
-    shifts = torch.full(lengths.shape, 160.0, dtype=torch.float64)
-    feats = fe.framed_logmel(speech, lengths, shifts, feats_lengths, fe.logmel)
-    assert feats.shape[1] == int(feats_lengths.max())
-    for b, t in enumerate(feats_lengths.tolist()):
-        assert (feats[b, t:] == 0).all() and (feats[b, :t] != 0).any(dim=-1).all()
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -162,7 +137,7 @@ def test_resample_snaps_rates_to_a_grid_and_keeps_exact_frame_counts(feasible_ba
     _, speech, lengths = feasible_batch
     fe = DynResFrontend(method="resample", **RECIPE_FRONTEND).train()
     counts, _ = fe.frame_counts(lengths)
-    new_rates = [fe.resample_rate_hz(n, t) for n, t in zip(lengths.tolist(), counts.tolist())]
+    new_rates = features.resample_rates_hz(fe.policy, lengths, counts, fe.resample_grid_hz).tolist()
     assert all(r % fe.resample_grid_hz == 0 for r in new_rates)
     assert len(set(new_rates)) > 1
     # The hop correction after snapping is small: actual rates within half a grid step of the ideal.
@@ -180,8 +155,9 @@ def test_resample_groups_utterances_of_one_rate_and_matches_one_by_one(feasible_
     speech, lengths = pad_batch(wavs)
     fe = DynResFrontend(method="resample", **RECIPE_FRONTEND).train()
     counts, _ = fe.frame_counts(lengths)
-    new_rates = fe.resample_rates_hz(lengths, counts)
-    assert new_rates.tolist() == [fe.resample_rate_hz(n, t) for n, t in zip(lengths.tolist(), counts.tolist())]
+    new_rates = features.resample_rates_hz(fe.policy, lengths, counts, fe.resample_grid_hz)
+    assert new_rates.tolist() == [int(features.resample_rates_hz(fe.policy, lengths[b : b + 1], counts[b : b + 1],
+                                                                 fe.resample_grid_hz)) for b in range(len(wavs))]
     assert len(set(new_rates.tolist())) < len(wavs)
     feats, rates = fe.resample_logmel(speech, lengths, counts)
     for b, w in enumerate(wavs):

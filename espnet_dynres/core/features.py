@@ -1,0 +1,155 @@
+"""Log-mel features at a per-utterance frame shift: the functions the ``dynres`` frontend is made of.
+
+``framed_logmel`` frames every utterance of a batch at its own (fractional) frame shift, as
+``torch.stft(center=True, pad_mode="reflect")`` frames one utterance at a whole one, and applies a
+mel filterbank; ``resample_rows`` resamples each utterance to its own rate (windowed sinc, rows of
+one rate together).  The ``dynres`` frontend
+(:class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`) holds the configuration and the
+filterbank modules and calls these.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
+
+# (power (B, T, F), lengths (B,) or None) -> (log-mel (B, T, n_mels) with padded frames 0, ...): ESPnet's LogMel.
+LogMelFn = Callable[[torch.Tensor, Optional[torch.Tensor]], Tuple[torch.Tensor, Optional[torch.Tensor]]]
+
+
+def padded_window(window: Optional[str], win_length: int, n_fft: int, device: torch.device) -> torch.Tensor:
+    """The analysis window (``torch.<window>_window``, or ones for ``None``) zero-padded to ``n_fft``,
+    centred, as ``torch.stft`` pads it: ``(n_fft,)`` float32."""
+    win = torch.ones(win_length, device=device) if window is None else getattr(torch, f"{window}_window")(
+        win_length, device=device)
+    left = (n_fft - win_length) // 2
+    return torch.nn.functional.pad(win, (left, n_fft - win_length - left))
+
+
+def reflect_padded(speech: torch.Tensor, speech_lengths: torch.Tensor, n_fft: int) -> torch.Tensor:
+    """Every utterance reflect-padded by ``n_fft // 2`` samples at its own two ends.
+
+    Sample ``i`` of the result is the utterance's sample ``i - n_fft // 2`` for ``0 <= i - n_fft // 2
+    < L_b``, its mirror image (without repeating the edge sample, as ``pad_mode="reflect"``;
+    repeated for utterances shorter than the pad) in the ``n_fft // 2`` samples on either side, and
+    unspecified beyond ``L_b + n_fft // 2`` (no frame of utterance ``b`` reads there).  One copy of
+    the batch plus an ``O(B × n_fft)`` gather.
+
+    Args:
+        speech: ``(B, T_samples)`` float; speech_lengths: ``(B,)`` int64 samples.
+
+    Returns:
+        ``(B, T_samples + n_fft)`` float32.
+    """
+    half = n_fft // 2
+    speech = speech.float()
+    padded = torch.nn.functional.pad(speech, (half, half))  # (B, L_max + n_fft)
+    j = torch.arange(half, device=speech.device)  # (n_fft/2,)
+    n = speech_lengths.to(speech.device).long().clamp(min=1)[:, None]  # (B, 1)
+    pos = torch.cat([(j - half).expand(n.size(0), half), n + j], dim=1)  # (B, n_fft): both borders
+    period = (2 * (n - 1)).clamp(min=1)
+    src = torch.remainder(pos, period)
+    src = torch.where(src >= n, period - src, src).clamp(min=0)
+    src = torch.where(n == 1, torch.zeros_like(src), src)  # (B, n_fft) source samples
+    return padded.scatter_(1, pos + half, speech.gather(1, src))
+
+
+def framed_logmel(speech: torch.Tensor, speech_lengths: torch.Tensor, shifts: torch.Tensor,
+                  feats_lengths: torch.Tensor, window: torch.Tensor, logmel: LogMelFn) -> torch.Tensor:
+    """Log-mel of frames centred on ``round(t × shift_b)``, reflected at each utterance's ends.
+
+    As ``torch.stft(center=True, pad_mode="reflect")`` does for one utterance: each frame reads
+    ``n_fft = len(window)`` samples around its centre, multiplied by ``window``; ``rfft``, power,
+    ``logmel``.  Cost: one copy of the batch (:func:`reflect_padded`), one gather of
+    ``B × T × n_fft`` samples (the frames; ``torch.stft`` materialises as many), then the same
+    FFT, power and mel matmul as ESPnet's ``DefaultFrontend``.
+
+    Args:
+        speech: ``(B, T_samples)``; speech_lengths ``(B,)`` int64; shifts ``(B,)`` float64
+            samples; feats_lengths ``(B,)`` int64 frames.
+        window: ``(n_fft,)`` the zero-padded analysis window (:func:`padded_window`).
+        logmel: the mel filterbank and log (ESPnet's ``LogMel``).
+
+    Returns:
+        feats ``(B, max(feats_lengths), n_mels)``, frames past an utterance's length set to 0.
+    """
+    device = speech.device
+    n_fft = int(window.numel())
+    t_max = int(feats_lengths.max())
+    padded = reflect_padded(speech, speech_lengths, n_fft)  # (B, L_max + n_fft)
+    # Frame t of utterance b starts at padded sample round(t * shift_b) (centre minus n_fft/2).
+    t_idx = torch.arange(t_max, device=device, dtype=torch.float64)  # (T,)
+    starts = torch.round(shifts[:, None] * t_idx[None, :]).long()  # (B, T)
+    starts = starts.clamp(max=padded.size(1) - n_fft)
+    # Every n_fft-sample window of the flattened batch is a row of one strided view;
+    # index_select copies the B x T wanted rows (faster than indexing an unfold view).
+    batch, padded_len = padded.shape
+    windows = padded.reshape(-1).as_strided((batch * padded_len - n_fft + 1, n_fft), (1, 1))
+    rows = (starts + torch.arange(batch, device=device)[:, None] * padded_len).reshape(-1)  # (B * T,)
+    frames = windows.index_select(0, rows).view(batch, t_max, n_fft)  # (B, T, n_fft), a copy
+    frames.mul_(window.to(device))
+    spec = torch.fft.rfft(frames, n=n_fft)  # (B, T, n_fft // 2 + 1)
+    # x * x is bit-identical to DefaultFrontend's x ** 2 and faster on CPU.
+    power = spec.real * spec.real + spec.imag * spec.imag
+    # Masking padded frames costs a pass over the output; a dynamic batch has none.
+    all_full = bool((feats_lengths == t_max).all())
+    feats, _ = logmel(power, None if all_full else feats_lengths)  # (B, T, n_mels), padding -> 0
+    return feats
+
+
+def resample_rates_hz(policy: FrameRatePolicy, num_samples: torch.Tensor, num_frames: torch.Tensor,
+                      grid_hz: int) -> torch.Tensor:
+    """``fs'`` per utterance for ``method: resample``: the rate at which the standard ``hop_length``
+    gives the utterance's frame rate (:meth:`FrameRatePolicy.frame_shifts_samples`), on a ``grid_hz``
+    grid (at least one step).
+
+    Args:
+        num_samples: ``(B,)`` int64 samples; num_frames ``(B,)`` int64 frames wanted.
+
+    Returns:
+        ``(B,)`` int64 Hz.
+    """
+    rate_hz = policy.fs / policy.frame_shifts_samples(num_samples, num_frames)  # (B,) float64
+    ideal = policy.fs * rate_hz / policy.standard_frame_rate_hz
+    return (torch.round(ideal / grid_hz) * grid_hz).clamp(min=grid_hz).long()
+
+
+def resample_rows(speech: torch.Tensor, speech_lengths: torch.Tensor, new_rates_hz: torch.Tensor, fs_hz: int,
+                  resampler: Callable[[int], Callable[[torch.Tensor], torch.Tensor]]
+                  ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Each utterance resampled from ``fs_hz`` to its own rate, the rows of one rate together.
+
+    Utterances of one rate are resampled as the rows of one zero-padded tensor (zeros past an
+    utterance's end are what ``torchaudio.functional.resample`` assumes there anyway).
+
+    Args:
+        speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples.
+        new_rates_hz: ``(B,)`` int64 target rates.
+        fs_hz: the rate of ``speech``.
+        resampler: ``resampler(fs_new)`` gives the ``fs_hz -> fs_new`` transform (kept by the caller).
+
+    Returns:
+        ``(B, T_resampled)`` float32 zero-padded, and ``(B,)`` int64 samples after resampling
+        (``ceil(L × fs' / fs)`` as torchaudio computes them).
+    """
+    device = speech.device
+    lengths = speech_lengths.to(device).long()
+    g = torch.gcd(new_rates_hz, torch.full_like(new_rates_hz, fs_hz))
+    new_lengths = torch.where(
+        new_rates_hz == fs_hz,
+        lengths,
+        torch.ceil((new_rates_hz // g * lengths).double() / (fs_hz // g).double()).long(),
+    )  # (B,)
+    padded = speech.new_zeros(speech.size(0), int(new_lengths.max()))  # (B, T_resampled)
+    for fs_new in sorted(set(new_rates_hz.tolist())):  # a loop over distinct rates, not utterances
+        rows = (new_rates_hz == fs_new).nonzero().flatten()
+        n_max = int(lengths[rows].max())
+        wav = speech[rows, :n_max].float()
+        wav = wav * (torch.arange(n_max, device=device)[None, :] < lengths[rows, None])  # zero past each end
+        if fs_new != fs_hz:
+            wav = resampler(fs_new)(wav)  # (rows, ceil(n_max * fs' / fs))
+        padded[rows, : wav.size(1)] = wav
+    return padded, new_lengths
