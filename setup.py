@@ -37,7 +37,7 @@ setup(
     entry_points={
         "console_scripts": [
             # A drop-in for ``python`` in ESPnet's asr.sh (``--python espnet_dynres_python``).
-            "espnet_dynres_python=espnet_dynres.launcher:main",
+            "espnet_dynres_python=espnet_dynres.glue.launcher:main",
         ]
     },
 )

@@ -108,7 +108,7 @@ def restat_batchnorm(model, train_args, train_dir: Path, num_batches: int, seed:
     Raises:
         ValueError: see ``restat_from_data_dir`` (a malformed or unreadable ``wav.scp``/``feats.scp``).
     """
-    from espnet_dynres.build_model import restat_budget
+    from espnet_dynres.glue.build_model import restat_budget
 
     return restat_from_data_dir(model, restat_budget(train_args, model), train_dir, num_batches, seed)
 

@@ -2,7 +2,7 @@
 
 Importing this package registers five names with ESPnet's ASR task: ``frontend: dynres``,
 ``specaug: dynres``, ``model: dynres``, ``model: token_normalized`` and ``batch_type: dynres``
-(see :mod:`espnet_dynres.registration`).
+(see :mod:`espnet_dynres.glue.registration`).
 """
 
 import contextlib as _contextlib
@@ -11,7 +11,7 @@ import sys as _sys
 # ESPnet prints notices on import (e.g. "Failed to import Flash Attention"); they go to stderr,
 # so that a tool's standard output (``audit_batches --json -``) holds only what the tool writes.
 with _contextlib.redirect_stdout(_sys.stderr):
-    from espnet_dynres.registration import register
+    from espnet_dynres.glue.registration import register
 
     register()
 

@@ -1,4 +1,4 @@
-"""Every bad setting (espnet_dynres.config_checks) gets an error naming the key and the fix."""
+"""Every bad setting (espnet_dynres.glue.config_checks) gets an error naming the key and the fix."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from espnet2.tasks.asr import ASRTask
-from espnet_dynres import config_checks as cc
+from espnet_dynres.glue import config_checks as cc
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from factory import build_tiny_model, tiny_asr_args
 
@@ -92,7 +92,7 @@ def test_feats_stats_of_another_dimension_fails_at_model_build(tmp_path):
 def test_the_dynres_sampler_without_the_dynres_frontend_names_the_switch_not_a_key():
     import argparse
 
-    from espnet_dynres.config_checks import check_frontend_pairing
+    from espnet_dynres.glue.config_checks import check_frontend_pairing
 
     args = argparse.Namespace(batch_type="dynres", frontend="default", input_size=None,
                               frontend_conf={"min_frame_rate_hz": 70})
@@ -105,7 +105,7 @@ def test_stock_specaug_in_frames_beside_the_dynres_frontend_warns():
     import argparse
     import warnings
 
-    from espnet_dynres.config_checks import SpecAugFrameRateWarning, check_frontend_pairing
+    from espnet_dynres.glue.config_checks import SpecAugFrameRateWarning, check_frontend_pairing
 
     def warned(conf):
         with warnings.catch_warnings(record=True) as seen:

@@ -9,7 +9,7 @@ from espnet.nets.pytorch_backend.transformer.subsampling import (
     Conv2dSubsampling6,
     Conv2dSubsampling8,
 )
-from espnet_dynres.ctc_feasibility import ctc_frames_needed, encoder_frames, min_feature_frames
+from espnet_dynres.core.ctc_minimum import ctc_frames_needed, encoder_frames, min_feature_frames
 
 LAYERS = {"conv2d": Conv2dSubsampling, "conv2d2": Conv2dSubsampling2, "conv2d6": Conv2dSubsampling6,
           "conv2d8": Conv2dSubsampling8}

@@ -1,4 +1,4 @@
-"""Every bad data file or waveform (espnet_dynres.data_checks) gets an error naming the utterance or file and the fix."""
+"""Every bad data file or waveform (espnet_dynres.glue.data_checks) gets an error naming the utterance or file and the fix."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from espnet_dynres import data_checks as ic
+from espnet_dynres.core.features import check_speech_batch
+from espnet_dynres.glue import data_checks as ic
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from factory import RECIPE_FRONTEND, pad_batch, real_utterances, tiny_asr_args, write_wav
 
@@ -59,8 +60,8 @@ def test_training_batch_with_nan_fails_at_the_frontend(speech):
 def test_batch_with_an_utterance_shorter_than_the_minimum(speech):
     speech_pad, lengths = pad_batch([speech, speech[:200]])
     with pytest.raises(ValueError, match=r"batch items \[1\] have \[200\] samples, fewer than the 257.*--min_wav_duration"):
-        ic.check_speech_batch(speech_pad, lengths, min_samples=ic.min_input_samples(512, 160))
-    ic.check_speech_batch(speech_pad, lengths, min_samples=200)
+        check_speech_batch(speech_pad, lengths, min_samples=ic.min_input_samples(512, 160))
+    check_speech_batch(speech_pad, lengths, min_samples=200)
 
 
 # ------------------------------------------------------------------------------------------- audio files

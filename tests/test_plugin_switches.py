@@ -2,7 +2,7 @@
 
 import argparse
 
-from espnet_dynres.plugin_switches import PLUGIN_SWITCHES, dynres_switches, plugin_switches_on
+from espnet_dynres.glue.plugin_switches import PLUGIN_SWITCHES, dynres_switches, plugin_switches_on
 
 
 def test_a_stock_configuration_turns_nothing_on():

@@ -6,7 +6,7 @@ import sys
 from espnet2.samplers.build_batch_sampler import BATCH_TYPES
 from espnet2.tasks.asr import frontend_choices, model_choices
 
-from espnet_dynres import registration
+from espnet_dynres.glue import registration
 from factory import REPO_ROOT
 
 
@@ -19,7 +19,7 @@ def test_names_are_registered_with_espnet():
 
 def test_launcher_runs_modules_with_the_plugin_registered():
     launcher = REPO_ROOT / ".venv" / "bin" / "espnet_dynres_python"
-    cmd = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "espnet_dynres.launcher"]
+    cmd = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "espnet_dynres.glue.launcher"]
     code = "from espnet2.tasks.asr import frontend_choices as f; print('dynres' in f.classes)"
     out = subprocess.run(cmd + ["-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -45,7 +45,7 @@ def test_the_package_docstring_and_the_docs_name_exactly_the_registered_names():
     import re
 
     import espnet_dynres
-    from espnet_dynres import registration
+    from espnet_dynres.glue import registration
     from factory import REPO_ROOT
 
     registered = {("frontend", k) for k in registration.FRONTENDS} | {("specaug", k) for k in registration.SPECAUGS} \

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import yaml
 
-from espnet_dynres.stock_config import stock_espnet_config
+from espnet_dynres.glue.stock_config import stock_espnet_config
 from factory import REPO_ROOT, real_utterances, write_tiny_asr_model, write_wav
 
 SPECAUG = dict(apply_time_warp=False, apply_freq_mask=True, freq_mask_width_range=[0, 4], num_freq_mask=1,

@@ -483,7 +483,7 @@ def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir,
 
     Args:
         model: an ESPnet ASR model with ``encode(speech, speech_lengths)``.
-        budget: the run's evaluation budget (``espnet_dynres.build_model.restat_budget``).
+        budget: the run's evaluation budget (``espnet_dynres.glue.build_model.restat_budget``).
         data_dir: the training data directory (``wav.scp`` or ``feats.scp``).
         num_batches: the sample's size in evaluation budgets (``batchnorm_restat_batches``).
         seed: seed of the order and of the sample's keys.
@@ -498,7 +498,7 @@ def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir,
     """
     from pathlib import Path
 
-    from espnet_dynres.data_checks import read_keyed_file
+    from espnet_dynres.glue.data_checks import read_keyed_file
 
     data_dir = Path(data_dir)
     scp = data_dir / "wav.scp"

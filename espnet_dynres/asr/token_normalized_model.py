@@ -11,7 +11,7 @@ from typeguard import typechecked
 
 from espnet2.asr.espnet_model import ESPnetASRModel
 
-from espnet_dynres import config_checks
+from espnet_dynres.glue import config_checks
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.asr.step_context import StepContext
 
@@ -67,8 +67,8 @@ class TokenNormalizedASRModel(DynResASRModel):
     ``grad_clip: 5`` clipping stops after the first few dozen steps, while
     Adam's second moment (``beta2 = 0.999``) still holds the huge gradients
     of the first steps, so the effective learning rate falls several-fold.
-    ``espnet_dynres.build_model`` therefore checks ``grad_clip`` against this
-    model (:func:`espnet_dynres.config_checks.check_token_normalized_grad_clip`).
+    ``espnet_dynres.glue.build_model`` therefore checks ``grad_clip`` against this
+    model (:func:`espnet_dynres.glue.config_checks.check_token_normalized_grad_clip`).
 
     **Stats** (besides ESPnet's): ``batch_tokens`` (``N``), ``batch_size`` (``B``), ``ctc_infeasible``,
     ``empty_transcripts``, and ``frame_rate_fallback`` with the dynres frontend (``model: dynres``).

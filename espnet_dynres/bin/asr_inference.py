@@ -40,9 +40,9 @@ from espnet.nets.beam_search import Hypothesis
 from espnet.nets.pytorch_backend.transformer.subsampling import TooShortUttError
 from espnet2.bin import asr_inference as espnet_asr_inference
 
-from espnet_dynres.ctc_feasibility import min_feature_frames
+from espnet_dynres.core.ctc_minimum import min_feature_frames
 from espnet_dynres.core.frame_rate_policy import parse_fs
-from espnet_dynres.data_checks import check_audio_files, check_waveform, min_input_samples, read_keyed_file
+from espnet_dynres.glue.data_checks import check_audio_files, check_waveform, min_input_samples, read_keyed_file
 
 
 def model_fs_hz(asr_train_config: Union[str, Path, None]) -> Optional[int]:

@@ -25,7 +25,7 @@ training config (``batch_type``, ``batch_bins``, ``batch_size``, ``max_batch_siz
 ``min_batch_size``, ``seed``, ``sort_in_batch``, ``sort_batch``, ``fold_length``,
 ``oversized``, ``shuffle_jitter``, ``frontend_conf``), so the audit plans exactly what
 training will; flags given on the command line win.  For ``dynres``, the CTC minimum of each
-utterance is training's own (:func:`espnet_dynres.ctc_feasibility.training_min_frames`), from
+utterance is training's own (:func:`espnet_dynres.glue.ctc_targets.training_min_frames`), from
 ``--text`` and the token options, or from an experiment's ``config.yaml`` as ``--config``.  The dynres policy is
 then the ``dynres`` frontend's own (:class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`).
 
@@ -288,7 +288,7 @@ def reference_budget(reference: str, args: argparse.Namespace) -> Dict[str, floa
 
 
 def ctc_minimum(args: argparse.Namespace) -> Tuple[Optional[Dict[str, int]], str]:
-    """Training's CTC minimum per utterance (:func:`espnet_dynres.ctc_feasibility.training_min_frames`, the
+    """Training's CTC minimum per utterance (:func:`espnet_dynres.glue.ctc_targets.training_min_frames`, the
     function training's iterator builder calls) and a line saying what was applied.
 
     The ESPnet arguments are the ``--config``'s, with ``--token_list``/``--token_type``/``--bpemodel``/
@@ -314,7 +314,7 @@ def ctc_minimum(args: argparse.Namespace) -> Tuple[Optional[Dict[str, int]], str
     import espnet_dynres  # noqa: F401,PLC0415 (registers the plugin's names, which a dynres config uses)
     from espnet2.tasks.asr import ASRTask  # noqa: PLC0415 (slow import, only when needed)
 
-    from espnet_dynres.ctc_feasibility import training_min_frames  # noqa: PLC0415
+    from espnet_dynres.glue.ctc_targets import training_min_frames  # noqa: PLC0415 (imports ESPnet)
 
     # ESPnet's defaults, then the config's values (as ESPnet rebuilds a model from its config.yaml).
     task = ASRTask.get_parser().parse_args(["--output_dir", "unused"])

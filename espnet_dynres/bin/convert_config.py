@@ -39,6 +39,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from espnet_dynres.core.frame_rate_policy import parse_fs
+
 CONVERTIBLE_BATCH_TYPES = ("numel", "length", "folded")
 CLAMP_HZ = (70.0, 130.0)  # the frame-rate clamp written into frontend_conf, as a factor of the standard rate
 TOKEN_NORMALIZED_GRAD_CLIP = 1
@@ -162,7 +164,6 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
 
 
 def _fs_hz(fs: str) -> int:
-    from espnet_dynres.core.frame_rate_policy import parse_fs  # noqa: PLC0415
 
     return parse_fs(fs)
 

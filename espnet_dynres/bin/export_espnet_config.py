@@ -2,7 +2,7 @@
 
 Rewrites a training run's ``config.yaml`` with ESPnet's names (``frontend: default``,
 ``specaug: specaug``, ``model: espnet``, ``batch_type: numel``) and without the plugin-only
-keys (:func:`espnet_dynres.stock_config.stock_espnet_config`).  The run's checkpoints load with
+keys (:func:`espnet_dynres.glue.stock_config.stock_espnet_config`).  The run's checkpoints load with
 it unchanged, so ``python -m espnet2.bin.asr_inference --asr_train_config <out>`` and
 ``espnet_model_zoo`` decode the model without the plugin installed.  The recipe's stage 15
 packs the model with this config.  The run's ``global_mvn`` statistics file (named relative to
@@ -25,7 +25,7 @@ from typing import List, Optional
 
 import yaml
 
-from espnet_dynres.stock_config import stock_espnet_config
+from espnet_dynres.glue.stock_config import stock_espnet_config
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -75,7 +75,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import espnet_dynres  # noqa: F401  (registers the plugin's names)
     from espnet2.tasks.asr import ASRTask
     from espnet_dynres.asr.batchnorm_restat import restat_from_data_dir
-    from espnet_dynres.build_model import restat_budget
+    from espnet_dynres.glue.build_model import restat_budget
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out_config = args.out_dir / "config.yaml"

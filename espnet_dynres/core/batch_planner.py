@@ -103,6 +103,32 @@ def evaluation_batch_fits(batch_size: int, longest_cost: int, batch_bins: Option
             and (max_batch_size is None or batch_size <= max_batch_size))
 
 
+def check_plan(policy: FrameRatePolicy, num_samples: Sequence[int], frames: Sequence[int]) -> None:
+    """Check a plan that came with a batch (the iterator's ``speech_frames``) against its utterances:
+    one count per utterance, each reachable between ``fallback_frame_rate_hz`` and
+    ``max_frame_rate_hz`` (a common ``T`` of a ``RULE`` or ``LOWERED`` batch, or a ``PADDED`` batch's
+    own counts).
+
+    Raises:
+        ValueError: a plan of the wrong size, or a count the policy cannot produce (sampler and
+            frontend configured differently), naming the fix.
+    """
+    frames = list(frames)
+    if len(frames) != len(num_samples):
+        raise ValueError(f"speech_frames has {len(frames)} entries for a batch of {len(num_samples)} utterances "
+                         "(the iterator's plan does not match the batch)")
+    lo = policy.frame_count_ranges(num_samples, policy.fallback_frame_rate_hz)[0].tolist()
+    hi = policy.frame_count_ranges(num_samples)[1].tolist()
+    for n, t, a, b in zip(num_samples, frames, lo, hi):
+        if not a <= t <= b:
+            raise ValueError(
+                f"planned frame counts {frames} cannot be produced for utterance lengths {list(num_samples)} samples: "
+                f"an utterance of {n} samples takes {a}..{b} frames at {policy.fallback_frame_rate_hz:g}-"
+                f"{policy.max_frame_rate_hz:g} Hz. batch_type dynres and frontend dynres must use the same "
+                "frontend_conf."
+            )
+
+
 class BatchPlanner:
     """Plans batches of a set of utterances (rules in the module docstring).
 

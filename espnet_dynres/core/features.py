@@ -16,6 +16,8 @@ import torch
 
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 
+SHOWN_ITEMS = 5  # batch items named in an error message
+
 # (power (B, T, F), lengths (B,) or None) -> (log-mel (B, T, n_mels) with padded frames 0, ...): ESPnet's LogMel.
 LogMelFn = Callable[[torch.Tensor, Optional[torch.Tensor]], Tuple[torch.Tensor, Optional[torch.Tensor]]]
 
@@ -153,3 +155,37 @@ def resample_rows(speech: torch.Tensor, speech_lengths: torch.Tensor, new_rates_
             wav = resampler(fs_new)(wav)  # (rows, ceil(n_max * fs' / fs))
         padded[rows, : wav.size(1)] = wav
     return padded, new_lengths
+
+
+def check_speech_batch(speech: torch.Tensor, speech_lengths: torch.Tensor, *, min_samples: int) -> None:
+    """Reject a batch that would make the frontend fail or emit NaN features.
+
+    The last line of defence (utterance ids are not known inside the model);
+    the message gives the batch index and length so that the utterance can be
+    found with :func:`espnet_dynres.glue.data_checks.check_audio_files` / the recipe's stage 3.
+
+    Args:
+        speech: ``(B, T_samples)`` float, zero-padded.
+        speech_lengths: ``(B,)`` int64 samples before padding.
+        min_samples: fewest samples per utterance (:func:`espnet_dynres.glue.data_checks.min_input_samples`).
+
+    Raises:
+        ValueError: an utterance shorter than ``min_samples``, or NaN/inf samples.
+    """
+    short = (speech_lengths < int(min_samples)).nonzero().flatten().tolist()
+    if short:
+        lengths = [int(speech_lengths[b]) for b in short[:SHOWN_ITEMS]]
+        raise ValueError(
+            f"batch items {short[:SHOWN_ITEMS]} have {lengths} samples, fewer than the {int(min_samples)} one "
+            "analysis window needs. Remove such utterances from the data (recipe stage 4, --min_wav_duration; "
+            "with asr.sh, --min_wav_duration) and re-run collect-stats."
+        )
+    # A finite sum proves every sample finite in one pass (isfinite().all() costs ~4 passes,
+    # ~10 % of the frontend's forward); an overflowing sum falls through to the exact test.
+    if not bool(torch.isfinite(speech.sum())) and not bool(torch.isfinite(speech).all()):
+        items = (~torch.isfinite(speech)).any(dim=1).nonzero().flatten().tolist()
+        raise ValueError(
+            f"batch items {items[:SHOWN_ITEMS]} have NaN/inf samples (lengths "
+            f"{[int(speech_lengths[b]) for b in items[:SHOWN_ITEMS]]}). Find and re-create the files "
+            "(recipe stage 3 reports them by name) or check the data augmentation."
+        )

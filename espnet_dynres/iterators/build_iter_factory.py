@@ -10,15 +10,15 @@ import torch
 
 from espnet2.tasks.abs_task import AbsTask, IteratorOptions
 
-from espnet_dynres import config_checks, data_checks
+from espnet_dynres.glue import config_checks, data_checks
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.batch_audit import numel_sized_budget
-from espnet_dynres.ctc_feasibility import training_min_frames
+from espnet_dynres.glue.ctc_targets import training_min_frames
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.iterators.dynres_iter_factory import DynResIterFactory
-from espnet_dynres.plugin_switches import plugin_switches_on
+from espnet_dynres.glue.plugin_switches import plugin_switches_on
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from espnet_dynres.task_arguments import SAMPLER_ARGUMENTS
+from espnet_dynres.glue.task_arguments import SAMPLER_ARGUMENTS
 
 ESPNET_BUILD_SEQUENCE_ITER_FACTORY = AbsTask.build_sequence_iter_factory.__func__
 
@@ -40,7 +40,7 @@ def policy_from_args(args: argparse.Namespace) -> FrameRatePolicy:
 
 
 def ctc_min_frames(cls, args: argparse.Namespace, iter_options: IteratorOptions):
-    """The CTC minimum of every training utterance (:func:`~espnet_dynres.ctc_feasibility.training_min_frames`
+    """The CTC minimum of every training utterance (:func:`~espnet_dynres.glue.ctc_targets.training_min_frames`
     on the iterator's ``text`` data file); ``None`` for validation or without transcripts."""
     texts = [p for p, name, _ in iter_options.data_path_and_name_and_type if name == "text"]
     if not iter_options.train or not texts:

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from espnet2.iterators.abs_iter_factory import AbsIterFactory
 from espnet2.iterators.sequence_iter_factory import worker_init_fn
 
-from espnet_dynres.data_checks import check_audio_file
+from espnet_dynres.glue.data_checks import check_audio_file
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
 # Batch key of the sampler's plan, (B,) int64 feature frames per utterance; the name of the

@@ -14,7 +14,7 @@ from espnet2.samplers.abs_sampler import AbsSampler
 
 from espnet_dynres.core.batch_planner import BATCH_FILLS, BatchKind, BatchPlan, BatchPlanner
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
-from espnet_dynres.data_checks import blank_line_message
+from espnet_dynres.glue.data_checks import blank_line_message
 
 OVERSIZED_ACTIONS = ("warn", "error")
 SHOWN_OVERSIZED = 5  # oversized utterances named in the plan's summary line (the count is always given)
@@ -167,7 +167,7 @@ class DynResBatchSampler(AbsSampler):
         drop_last: accepted for ESPnet compatibility; must be False (no
             utterance is dropped).
         utt2min_frames: optional fewest feature frames per utterance (CTC
-            safety, see :func:`espnet_dynres.ctc_feasibility.min_feature_frames`).
+            safety, see :func:`espnet_dynres.core.ctc_minimum.min_feature_frames`).
         seed: random seed (ESPnet's ``--seed``).
         shuffle: redraw batches every epoch (training); False for validation.
         shuffle_jitter: width of the random perturbation of log-duration, as a

@@ -7,7 +7,7 @@ from espnet2.tasks.asr import ASRTask
 
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.iterators.dynres_iter_factory import SPEECH_FRAMES_KEY
-from espnet_dynres.config_checks import check_sampler_arguments
+from espnet_dynres.glue.config_checks import check_sampler_arguments
 from factory import build_tiny_model, pad_batch, random_text, real_utterances, tiny_asr_args
 
 SPECAUG_CONF = dict(apply_time_warp=False, apply_freq_mask=False, time_mask_width_range=[0, 4], num_time_mask=1)

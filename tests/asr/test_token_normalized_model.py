@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from espnet_dynres.asr.token_normalized_model import TokenNormalizedASRModel
-from espnet_dynres.ctc_feasibility import ctc_frames_needed
+from espnet_dynres.core.ctc_minimum import ctc_frames_needed
 from factory import build_tiny_model, deterministic_model_overrides, pad_batch, random_text, real_utterances
 
 INTERCTC_ENCODER = dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=2, input_layer="conv2d",

@@ -6,7 +6,7 @@ import sys
 import yaml
 
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
-from espnet_dynres.ctc_feasibility import ctc_frames_needed, encoder_frames, min_feature_frames
+from espnet_dynres.core.ctc_minimum import ctc_frames_needed, encoder_frames, min_feature_frames
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import RECIPE_FRONTEND, FSDD_DIR, RECIPE_DIR, REPO_ROOT, write_shape_files
 

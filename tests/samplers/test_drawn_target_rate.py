@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from espnet_dynres.batch_audit import rate_histogram
-from espnet_dynres.config_checks import check_sampler_arguments
+from espnet_dynres.glue.config_checks import check_sampler_arguments
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import write_shape_files

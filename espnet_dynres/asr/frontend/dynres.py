@@ -15,9 +15,8 @@ from espnet2.asr.frontend.abs_frontend import AbsFrontend
 from espnet2.layers.log_mel import LogMel
 from espnet2.layers.stft import Stft
 
-from espnet_dynres import data_checks
 from espnet_dynres.core import features
-from espnet_dynres.core.batch_planner import BatchKind, BatchPlanner
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlanner, check_plan
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
@@ -307,7 +306,7 @@ class DynResFrontend(AbsFrontend):
             input_lengths: ``(B,)`` int64, samples before padding.
             speech_frames: ``(B,)`` int64 feature frames per utterance planned by
                 ``batch_type: dynres`` (batch key ``speech_frames``), used in a
-                training step (checked by :meth:`check_planned_frames`); ``None``:
+                training step (checked by :func:`~espnet_dynres.core.batch_planner.check_plan`); ``None``:
                 the policy's batch rule (:meth:`BatchConstraint.batch_frame_counts`,
                 no curriculum: only the sampler's plan carries it).  Ignored
                 outside a training step (standard rate).
@@ -350,7 +349,7 @@ class DynResFrontend(AbsFrontend):
         )
         # NaN/inf samples are refused; short inputs (even 0 samples) are reflected/zero-padded as
         # DefaultFrontend does, so decoding writes a hypothesis for every utterance.
-        data_checks.check_speech_batch(input, input_lengths, min_samples=0)
+        features.check_speech_batch(input, input_lengths, min_samples=0)
         fallback = False
         if dynamic:
             feats_lengths, fallback = self.frame_counts(input_lengths, speech_frames)
@@ -378,60 +377,29 @@ class DynResFrontend(AbsFrontend):
     def frame_counts(
         self, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, bool]:
-        """Frames per utterance for a training step.
+        """Frames per utterance for a training step, and whether the batch is a fallback batch.
 
         The sampler's plan ``speech_frames`` when given (checked by
-        :meth:`check_planned_frames`), else the policy's batch rule.
+        :func:`~espnet_dynres.core.batch_planner.check_plan`; never a fallback batch), else the
+        planner's rules for a batch without a plan (no budget); a fallback batch is the ``PADDED``
+        plan of a batch without a common frame count.
 
         Args:
             input_lengths: ``(B,)`` int64 samples.
             speech_frames: ``(B,)`` int64 planned frames, or ``None``.
 
         Returns:
-            ``(feats_lengths (B,) int64, fallback)``; without a plan and outside fallback all
-            lengths equal the batch's ``T``.
+            ``(feats_lengths (B,) int64, fallback)``.
+
+        Raises:
+            ValueError: a plan of the wrong size, or one this policy cannot produce.
         """
         lengths = [int(n) for n in input_lengths.tolist()]
         if speech_frames is not None:
-            return self.check_planned_frames(lengths, speech_frames.to(input_lengths.device))
-        plan = BatchPlanner.for_batch(self.policy, lengths).plan_batch()  # the sampler's rules, no budget
+            check_plan(self.policy, lengths, [int(t) for t in speech_frames.reshape(-1).tolist()])
+            return speech_frames.to(input_lengths.device).long(), False
+        plan = BatchPlanner.for_batch(self.policy, lengths).plan_batch()
         return torch.tensor(plan.frames, dtype=torch.long, device=input_lengths.device), plan.kind is BatchKind.PADDED
-
-    def check_planned_frames(self, lengths: List[int], planned: torch.Tensor) -> Tuple[torch.Tensor, bool]:
-        """Validate the sampler's plan (batch key ``speech_frames``) against the batch.
-
-        Args:
-            lengths: samples per utterance (B values).
-            planned: ``(B,)`` int64 planned frames per utterance.
-
-        Returns:
-            ``(feats_lengths (B,) int64, False)``: the plan itself, computed as planned; each count
-            must be reachable by its utterance between ``fallback_frame_rate_hz`` and
-            ``max_frame_rate_hz`` (one common ``T`` for a rule or lowered batch, one count per
-            member for the sampler's padded batch, :class:`~espnet_dynres.core.frame_rate_policy.BatchKind`).
-            A plan is never a fallback batch: that is the frontend's own rule 3, without a plan.
-
-        Raises:
-            ValueError: a plan of the wrong shape, or one this policy cannot
-                produce (sampler and frontend configured differently).
-        """
-        counts = [int(t) for t in planned.reshape(-1).tolist()]
-        if len(counts) != len(lengths):
-            raise ValueError(
-                f"speech_frames has {len(counts)} entries for a batch of {len(lengths)} utterances "
-                "(the iterator's plan does not match the batch)"
-            )
-        for n, t in zip(lengths, counts):
-            lo = self.policy.frame_count_range(n, self.policy.fallback_frame_rate_hz)[0]
-            hi = self.policy.frame_count_range(n)[1]
-            if not lo <= t <= hi:
-                raise ValueError(
-                    f"planned frame counts {counts} cannot be produced for utterance lengths {lengths} samples: "
-                    f"an utterance of {n} samples takes {lo}..{hi} frames at {self.policy.fallback_frame_rate_hz:g}-"
-                    f"{self.policy.max_frame_rate_hz:g} Hz. batch_type dynres and frontend dynres must use the "
-                    "same frontend_conf."
-                )
-        return planned.long(), False
 
     def _count_fallback(self, input_lengths: torch.Tensor) -> None:
         self.num_fallback_batches += 1

@@ -348,7 +348,7 @@ def test_every_default_frontend_key_at_its_default_is_accepted_and_changes_nothi
     DefaultFrontend's own default builds a dynres frontend whose eval features are DefaultFrontend's."""
     import inspect
 
-    from espnet_dynres.config_checks import check_conf_keys
+    from espnet_dynres.glue.config_checks import check_conf_keys
 
     _, speech, lengths = real_batch
     params = {k: p.default for k, p in inspect.signature(DefaultFrontend.__init__).parameters.items() if k != "self"}

@@ -11,7 +11,7 @@ Reads ``wav.scp`` (utt_id path), resamples every utterance with
 
 Errors name the utterance: unreadable or truncated audio, not mono, NaN/inf
 samples, or an utterance missing from ``text``
-(:mod:`espnet_dynres.data_checks`).  An empty recording is kept (empty):
+(:mod:`espnet_dynres.glue.data_checks`).  An empty recording is kept (empty):
 stage 4 removes it from training and validation sets and lists it; in a
 test set it is decoded to an empty hypothesis.
 """
@@ -29,7 +29,7 @@ from tqdm import tqdm
 from espnet2.fileio.read_text import read_2columns_text
 
 from espnet_dynres.core.frame_rate_policy import parse_fs
-from espnet_dynres.data_checks import check_audio_file, check_waveform
+from espnet_dynres.glue.data_checks import check_audio_file, check_waveform
 
 
 

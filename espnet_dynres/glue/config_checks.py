@@ -30,8 +30,9 @@ from typing import Callable, Iterable, Mapping, Optional, Set
 
 import torch
 
-from espnet_dynres.plugin_switches import dynres_switches, plugin_switches_on
-from espnet_dynres.task_arguments import SAMPLER_ARGUMENTS
+from espnet_dynres.asr.dynres_model import DynResASRModel
+from espnet_dynres.glue.plugin_switches import dynres_switches, plugin_switches_on
+from espnet_dynres.glue.task_arguments import SAMPLER_ARGUMENTS
 
 def closest_key(key: str, valid: Iterable[str]) -> Optional[str]:
     """The valid key most similar to ``key`` (``difflib``), or ``None`` if none is close."""
@@ -309,8 +310,6 @@ def check_model(args: argparse.Namespace) -> None:
     if not switches or name is None:
         return
     from espnet2.tasks import asr as espnet_asr  # noqa: PLC0415 (ESPnet's task imports every model)
-
-    from espnet_dynres.asr.dynres_model import DynResASRModel  # noqa: PLC0415 (the models import this module)
 
     model_class = espnet_asr.model_choices.classes.get(name.lower())  # ESPnet's choices are case-insensitive
     if model_class is None or not issubclass(model_class, DynResASRModel):

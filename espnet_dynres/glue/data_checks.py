@@ -10,14 +10,14 @@ stereo / NaN / inf / too short wav     :func:`check_waveform`                   
 unreadable, truncated, wrong rate      :func:`check_audio_file`,                   recipe stage 3, decoding
                                        :func:`check_audio_files`
 training audio at another rate         :func:`check_sampling_rate`                 iterator build
-training batch with NaN / inf          :func:`check_speech_batch`                  ``frontend: dynres`` forward
+training batch with NaN / inf          ``core.features.check_speech_batch``        ``frontend: dynres`` forward
 features with a dynres switch          :func:`check_raw_audio_data`                iterator build
 shape files vs ``wav.scp`` / ``text``  :func:`check_shape_file_keys`               iterator build
 shape-file lengths too short           :func:`check_shape_file_lengths`            (:func:`check_training_data`)
 transcript with no tokens              :func:`check_transcripts`
 =====================================  ==========================================  ================================
 
-Settings are checked in :mod:`espnet_dynres.config_checks`; ``nbpe`` too small for the text by
+Settings are checked in :mod:`espnet_dynres.glue.config_checks`; ``nbpe`` too small for the text by
 the recipe's ``local/check_bpe_vocab.py`` (stage 5), which needs no ESPnet import.
 
 Units: ``*_samples`` are waveform samples, ``*_frames`` feature frames, ``*_hz`` sampling or
@@ -36,7 +36,9 @@ import numpy as np
 import soundfile
 import torch
 
-from espnet_dynres.plugin_switches import dynres_switches
+from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from espnet_dynres.core.ctc_minimum import min_feature_frames
+from espnet_dynres.glue.plugin_switches import dynres_switches
 
 # Data types of ``*_data_path_and_name_and_type`` that are Kaldi-style "key value" files.
 KEYED_FILE_TYPES = {
@@ -105,40 +107,6 @@ def check_waveform(
     if not bool(finite):
         bad = int((~torch.isfinite(wav)).sum()) if isinstance(wav, torch.Tensor) else int((~np.isfinite(wav)).sum())
         raise ValueError(f"{where} has {bad} NaN/inf samples of {n}; re-create or remove the file.")
-
-
-def check_speech_batch(speech: torch.Tensor, speech_lengths: torch.Tensor, *, min_samples: int) -> None:
-    """Reject a batch that would make the frontend fail or emit NaN features.
-
-    The last line of defence (utterance ids are not known inside the model);
-    the message gives the batch index and length so that the utterance can be
-    found with :func:`check_audio_files` / the recipe's stage 3.
-
-    Args:
-        speech: ``(B, T_samples)`` float, zero-padded.
-        speech_lengths: ``(B,)`` int64 samples before padding.
-        min_samples: fewest samples per utterance (:func:`min_input_samples`).
-
-    Raises:
-        ValueError: an utterance shorter than ``min_samples``, or NaN/inf samples.
-    """
-    short = (speech_lengths < int(min_samples)).nonzero().flatten().tolist()
-    if short:
-        lengths = [int(speech_lengths[b]) for b in short[:SHOWN_KEYS]]
-        raise ValueError(
-            f"batch items {short[:SHOWN_KEYS]} have {lengths} samples, fewer than the {int(min_samples)} one "
-            "analysis window needs. Remove such utterances from the data (recipe stage 4, --min_wav_duration; "
-            "with asr.sh, --min_wav_duration) and re-run collect-stats."
-        )
-    # A finite sum proves every sample finite in one pass (isfinite().all() costs ~4 passes,
-    # ~10 % of the frontend's forward); an overflowing sum falls through to the exact test.
-    if not bool(torch.isfinite(speech.sum())) and not bool(torch.isfinite(speech).all()):
-        items = (~torch.isfinite(speech)).any(dim=1).nonzero().flatten().tolist()
-        raise ValueError(
-            f"batch items {items[:SHOWN_KEYS]} have NaN/inf samples (lengths "
-            f"{[int(speech_lengths[b]) for b in items[:SHOWN_KEYS]]}). Find and re-create the files "
-            "(recipe stage 3 reports them by name) or check the data augmentation."
-        )
 
 
 # ------------------------------------------------------------------------------------------- audio files
@@ -370,8 +338,6 @@ def training_min_samples(args: argparse.Namespace) -> int:
     """
     if getattr(args, "frontend", None) is None or getattr(args, "input_size", None) is not None:
         return 1
-    from espnet_dynres.ctc_feasibility import min_feature_frames  # noqa: PLC0415 (light, avoids a cycle)
-
     conf = getattr(args, "frontend_conf", None) or {}
     input_layer = (getattr(args, "encoder_conf", None) or {}).get("input_layer", "conv2d")
     try:
@@ -456,8 +422,6 @@ def check_sampling_rate(args: argparse.Namespace, data_files: Sequence[Tuple[str
     """
     if getattr(args, "frontend", None) != "dynres":
         return
-    from espnet_dynres.asr.frontend.dynres import DynResFrontend  # noqa: PLC0415 (the frontend imports this module)
-
     fs = DynResFrontend(**(args.frontend_conf or {})).fs
     for path, _name, kind in data_files:
         if kind == "sound":

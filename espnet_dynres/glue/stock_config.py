@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Dict, Iterable, Mapping
 
-from espnet_dynres.config_checks import accepted_keywords
+from espnet_dynres.glue.config_checks import accepted_keywords
 
 # The plugin's names and ESPnet's for the same thing at inference.
 STOCK_NAMES = {

@@ -9,17 +9,17 @@ from typing import Callable
 
 import torch
 
-from espnet_dynres import config_checks
+from espnet_dynres.glue import config_checks
 from espnet_dynres.asr.batchnorm_restat import RestatBudget
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from espnet_dynres.task_arguments import SAMPLER_ARGUMENTS
+from espnet_dynres.glue.task_arguments import SAMPLER_ARGUMENTS
 
 
 def build_model(original: Callable, cls, args: argparse.Namespace):
     """ESPnet's ``build_model`` (``original``) after :func:`check_sampler_arguments` and, when a plugin switch is
-    on, the conf-key and grad_clip checks (:func:`espnet_dynres.config_checks.with_conf_key_check`).
+    on, the conf-key and grad_clip checks (:func:`espnet_dynres.glue.config_checks.with_conf_key_check`).
     Training builds the model before its iterators, so option conflicts stop it before any data is read.
     A :class:`DynResASRModel` gets the run's evaluation budget for its BatchNorm re-estimate
     (:meth:`RestatBudget.from_task_args`)."""
