@@ -54,7 +54,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from espnet_dynres.core.frame_rate_policy import standard_frame_counts
-from espnet_dynres.samplers.dynres_batch_sampler import read_shape_file
+from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler, read_shape_file
 
 ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
 OFF_STANDARD_TOLERANCE = 0.10  # |rate / standard rate - 1| above this counts as off the standard rate
@@ -510,8 +510,6 @@ def build_batches(
     elif batch_type == "dynres":
         if policy is None:
             raise ValueError("batch_type dynres needs the frontend's FrameRatePolicy (policy=...)")
-        from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-
         wanted = dict(
             batch_bins=batch_bins,
             shape_files=shape_files,

@@ -17,6 +17,7 @@ def test_names_are_registered_with_espnet():
     assert "dynres" in BATCH_TYPES
 
 
+@pytest.mark.slow
 def test_launcher_runs_modules_with_the_plugin_registered():
     launcher = REPO_ROOT / ".venv" / "bin" / "espnet_dynres_python"
     cmd = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "espnet_dynres.glue.launcher"]

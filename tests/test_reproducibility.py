@@ -22,6 +22,8 @@ from espnet2.tasks.asr import ASRTask
 from espnet2.train.distributed_utils import DistributedOption
 from factory import REPO_ROOT, training_data_args, write_data_dir
 
+pytestmark = pytest.mark.slow  # whole trainings
+
 CONFIG = REPO_ROOT / "conf" / "train_asr_conformer_dynres_ci.yaml"
 NUM_TRAIN = 8
 BATCH_BINS = 150  # frames: several batches of two or three single-digit utterances

@@ -16,6 +16,8 @@ import yaml
 from espnet_dynres.glue.stock_config import stock_espnet_config
 from factory import REPO_ROOT, real_utterances, write_tiny_asr_model, write_wav
 
+pytestmark = pytest.mark.slow  # trainings in subprocesses
+
 SPECAUG = dict(apply_time_warp=False, apply_freq_mask=True, freq_mask_width_range=[0, 4], num_freq_mask=1,
                apply_time_mask=True, time_mask_width_ratio_range=[0.0, 0.05], num_time_mask=1)
 DECODE = dict(beam_size=2, ctc_weight=0.3, nbest=1)

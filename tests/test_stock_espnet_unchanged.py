@@ -10,7 +10,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from factory import write_data_dir
+
+pytestmark = pytest.mark.slow  # trainings in subprocesses
 
 SCRIPT = r'''
 import json, sys
@@ -19,6 +23,9 @@ if sys.argv[1] == "plugin":
     import espnet_dynres  # noqa: F401
 from espnet2.tasks.asr import ASRTask
 from espnet2.train.distributed_utils import DistributedOption
+
+import pytest
+
 from espnet2.torch_utils.set_all_random_seed import set_all_random_seed
 
 d, out = sys.argv[2], sys.argv[3]

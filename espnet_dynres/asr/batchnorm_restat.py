@@ -35,6 +35,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -42,6 +43,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from espnet_dynres.core.batch_planner import evaluation_batch_fits
 from espnet_dynres.core.frame_rate_policy import standard_frame_counts
+from espnet_dynres.glue.data_checks import read_keyed_file
 
 
 def batchnorm_layers(module: torch.nn.Module) -> List[_BatchNorm]:
@@ -496,10 +498,6 @@ def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir,
             utterance or an utterance without a path; a file that cannot be read (each names the
             file, the utterance and the fix).
     """
-    from pathlib import Path
-
-    from espnet_dynres.glue.data_checks import read_keyed_file
-
     data_dir = Path(data_dir)
     scp = data_dir / "wav.scp"
     if not scp.exists():

@@ -47,6 +47,10 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from espnet2.tasks.asr import ASRTask
+
+from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from espnet_dynres.glue.ctc_targets import training_min_frames
 from espnet_dynres.batch_audit import (
     BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches,
     binding_batch_bins, budget_figures, dynres_batch_bins_for_audio, memory_safe_batch_bins, read_shape_table,
@@ -247,8 +251,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def build_policy(args: argparse.Namespace):
     """The dynres frame-rate policy: the ``--config`` frontend's own, or one from the flags."""
-    from espnet_dynres.asr.frontend.dynres import DynResFrontend
-
     flags = {k: getattr(args, k) for k in RATE_KEYS if getattr(args, k) is not None}
     if args.config_conf.get("frontend") == "dynres":
         return DynResFrontend(**{**(args.config_conf.get("frontend_conf") or {}), **flags}).policy
@@ -311,11 +313,6 @@ def ctc_minimum(args: argparse.Namespace) -> Tuple[Optional[Dict[str, int]], str
     if token_list is None:
         raise SystemExit("the CTC minimum needs the token list of training: give --token_list (or an experiment's "
                          "config.yaml as --config)")
-    import espnet_dynres  # noqa: F401,PLC0415 (registers the plugin's names, which a dynres config uses)
-    from espnet2.tasks.asr import ASRTask  # noqa: PLC0415 (slow import, only when needed)
-
-    from espnet_dynres.glue.ctc_targets import training_min_frames  # noqa: PLC0415 (imports ESPnet)
-
     # ESPnet's defaults, then the config's values (as ESPnet rebuilds a model from its config.yaml).
     task = ASRTask.get_parser().parse_args(["--output_dir", "unused"])
     for key, value in conf.items():

@@ -39,6 +39,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from espnet_dynres.bin import audit_batches
 from espnet_dynres.core.frame_rate_policy import parse_fs
 
 CONVERTIBLE_BATCH_TYPES = ("numel", "length", "folded")
@@ -79,8 +81,6 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
     Raises:
         SystemExit: a config the plugin cannot take (module docstring), naming the key.
     """
-    from espnet_dynres.bin import audit_batches
-
     batch_type = conf.get("batch_type", "folded")  # ESPnet's default
     if batch_type not in CONVERTIBLE_BATCH_TYPES:
         raise SystemExit(f"convert_config: batch_type: {batch_type} cannot be converted; give a config with batch_type "
@@ -103,7 +103,6 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
     frontend_conf = dict(conf.get("frontend_conf") or {})
     if fs is not None:
         frontend_conf.setdefault("fs", fs)
-    from espnet_dynres.asr.frontend.dynres import DynResFrontend  # noqa: PLC0415 (imports ESPnet)
 
     standard = DynResFrontend(**{k: v for k, v in frontend_conf.items()}).policy.standard_frame_rate_hz
     lo, hi = (_number(CLAMP_HZ[0] * standard / 100.0), _number(CLAMP_HZ[1] * standard / 100.0))

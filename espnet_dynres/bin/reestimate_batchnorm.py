@@ -29,7 +29,12 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+import torch
 import yaml
+from espnet2.tasks.asr import ASRTask
+
+from espnet_dynres.asr.batchnorm_restat import restat_from_data_dir
+from espnet_dynres.glue.build_model import restat_budget
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -70,12 +75,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if restat_batches is None:
         restat_batches = int((config.get("model_conf") or {}).get("batchnorm_restat_batches", 6))
 
-    import torch
-
-    import espnet_dynres  # noqa: F401  (registers the plugin's names)
-    from espnet2.tasks.asr import ASRTask
-    from espnet_dynres.asr.batchnorm_restat import restat_from_data_dir
-    from espnet_dynres.glue.build_model import restat_budget
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out_config = args.out_dir / "config.yaml"

@@ -25,8 +25,6 @@ def main(argv: Optional[List[str]] = None) -> None:
     if not argv:
         sys.exit("usage: espnet_dynres_python (-m module | -c code | script.py) [args ...]")
 
-    import espnet_dynres  # noqa: F401  (registers the plugin's names with ESPnet)
-
     if argv[0] == "-m" and len(argv) >= 2:
         sys.argv = [argv[1]] + argv[2:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

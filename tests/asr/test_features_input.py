@@ -108,6 +108,7 @@ def train_on_features(tmp_path: Path, *extra: str) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_name", ["token_normalized", "dynres"])
 def test_asr_task_trains_validates_and_decodes_extracted_features(tmp_path, caplog, model_name):
     """``--input_size`` with Kaldi features: ESPnet builds no frontend; both models with a Conformer

@@ -23,6 +23,8 @@ import torch.multiprocessing as mp
 
 from factory import build_tiny_model, deterministic_model_overrides, pad_batch, real_utterances
 
+pytestmark = pytest.mark.slow  # two processes (gloo)
+
 WORLD_SIZE = 2
 MODEL_CONF = dict(ctc_weight=0.3, lsm_weight=0.1)
 

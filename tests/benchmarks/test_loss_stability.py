@@ -289,6 +289,7 @@ def test_a_resumed_run_appended_to_the_log_keeps_the_last_pass_of_an_epoch(tmp_p
     assert any("restarts" in n for n in r["notes"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_type, batch_bins", [("numel", "40000"), ("dynres", "240")])
 def test_planned_counts_are_the_counts_a_real_training_logged(tmp_path, caplog, batch_type, batch_bins):
     """Two real epochs of ``model: token_normalized`` (which logs N and B per step), the log then

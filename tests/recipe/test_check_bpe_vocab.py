@@ -10,6 +10,8 @@ import sentencepiece as spm
 
 from factory import RECIPE_DIR, load_script
 
+pytestmark = pytest.mark.slow  # recipe scripts
+
 SCRIPT = RECIPE_DIR / "local" / "check_bpe_vocab.py"
 LINES = ["one two three", "four five six seven", "eight nine zero"]
 

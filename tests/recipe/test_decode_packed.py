@@ -10,6 +10,8 @@ from espnet2.main_funcs.pack_funcs import pack
 from espnet_model_zoo.downloader import ModelDownloader
 from factory import RECIPE_DIR, load_script, real_utterances, write_tiny_asr_model
 
+pytestmark = pytest.mark.slow  # recipe scripts
+
 SCRIPT = RECIPE_DIR / "local" / "decode_packed.py"
 
 

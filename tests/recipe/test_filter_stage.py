@@ -16,6 +16,8 @@ import pytest
 
 from factory import RECIPE_DIR, real_utterances, write_data_dir, write_wav
 
+pytestmark = pytest.mark.slow  # recipe scripts
+
 FS_HZ = 16000
 MIN_SEC, MAX_SEC = 0.6, 2.5
 

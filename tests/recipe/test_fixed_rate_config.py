@@ -8,8 +8,10 @@ BatchNorm re-estimate; otherwise it must equal the 100 Hz numel arm.
 
 import torch
 import yaml
-
+import pytest
 from factory import RECIPE_DIR, TOKENS, pad_batch, random_text, real_utterances
+
+pytestmark = pytest.mark.slow  # recipe scripts
 
 CONF = RECIPE_DIR / "conf"
 FIXED = CONF / "ablation" / "train_asr_conformer_numel_80hz_cpu.yaml"

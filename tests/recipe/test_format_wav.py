@@ -10,6 +10,8 @@ import torch
 
 from factory import RECIPE_DIR, load_script, real_utterances, write_wav
 
+pytestmark = pytest.mark.slow  # recipe scripts
+
 SCRIPT = RECIPE_DIR / "local" / "format_wav.py"
 
 

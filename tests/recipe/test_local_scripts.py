@@ -20,6 +20,8 @@ import soundfile as sf
 
 from factory import FSDD_DIR, RECIPE_DIR
 
+pytestmark = pytest.mark.slow  # recipe scripts
+
 DATA_PREP = RECIPE_DIR / "local" / "data_prep.py"
 SCORE = RECIPE_DIR / "local" / "score.py"
 

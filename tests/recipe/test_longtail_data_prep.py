@@ -20,6 +20,8 @@ import soundfile as sf
 
 from factory import FSDD_DIR, RECIPE_DIR, load_script
 
+pytestmark = pytest.mark.slow  # recipe scripts
+
 SCRIPT = RECIPE_DIR / "local" / "longtail_data_prep.py"
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from factory import RECIPE_DIR
 
+pytestmark = pytest.mark.slow  # recipe scripts
 
 @pytest.mark.slow
 def test_all_stages_on_a_small_subset(tmp_path):

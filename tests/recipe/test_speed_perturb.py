@@ -11,6 +11,8 @@ import soundfile as sf
 
 from factory import RECIPE_DIR, fsdd_files, load_script
 
+pytestmark = pytest.mark.slow  # recipe scripts
+
 SCRIPT = RECIPE_DIR / "local" / "speed_perturb.py"
 FS_HZ = 8000
 

@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
+
 from factory import RECIPE_DIR, load_script
+
+pytestmark = pytest.mark.slow  # recipe scripts
 
 SCRIPT = RECIPE_DIR / "local" / "write_results.py"
 

@@ -3,12 +3,15 @@
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.core.ctc_minimum import ctc_frames_needed, encoder_frames, min_feature_frames
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import RECIPE_FRONTEND, FSDD_DIR, RECIPE_DIR, REPO_ROOT, write_shape_files
+
+pytestmark = pytest.mark.slow  # runs recipe stages
 
 DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
