@@ -83,6 +83,10 @@ def parse_fs(fs: Union[int, str]) -> int:
     return value
 
 
+# The clamp's defaults, as multiples of the standard rate fs / hop_length (70, 130 and 50 Hz at 100 Hz).
+DEFAULT_CLAMP_RATIOS = {"min_frame_rate_hz": 0.7, "max_frame_rate_hz": 1.3, "fallback_frame_rate_hz": 0.5}
+
+
 @dataclass(frozen=True)
 class FrameRatePolicy:
     """Frame counts and frame rates for dynamic-resolution batches.
@@ -90,10 +94,10 @@ class FrameRatePolicy:
     Args:
         fs: sampling rate of the input waveform in Hz (e.g. 16000 or "16k").
         hop_length: standard frame shift in samples (160 at 16 kHz = 100 Hz).
-        min_frame_rate_hz: lowest frame rate the sampler plans for (Hz).
-        max_frame_rate_hz: highest frame rate an utterance may be given (Hz).
-        fallback_frame_rate_hz: a batch that would need a rate below this is
-            computed at the standard rate and padded instead (Hz).
+        min_frame_rate_hz: lowest frame rate of the clamp (Hz); ``None``: 0.7 × the standard rate.
+        max_frame_rate_hz: highest frame rate an utterance may be given (Hz); ``None``: 1.3 × it.
+        fallback_frame_rate_hz: lowest rate a batch without a common frame count in the clamp
+            may be lowered to (:mod:`~espnet_dynres.core.batch_planner`) (Hz); ``None``: 0.5 × it.
         curriculum_epochs: length of the optional low-rate-first schedule in
             epochs (0 = off).
         target_frame_rate_hz: mean frame rate the batch rule aims at (Hz);
@@ -121,9 +125,9 @@ class FrameRatePolicy:
 
     fs: int = 16000
     hop_length: int = 160
-    min_frame_rate_hz: float = 70.0
-    max_frame_rate_hz: float = 130.0
-    fallback_frame_rate_hz: float = 50.0
+    min_frame_rate_hz: Optional[float] = None
+    max_frame_rate_hz: Optional[float] = None
+    fallback_frame_rate_hz: Optional[float] = None
     curriculum_epochs: int = 0
     target_frame_rate_hz: Optional[float] = None
     eval_frame_rate_hz: Optional[float] = None
@@ -134,6 +138,9 @@ class FrameRatePolicy:
         if not isinstance(self.hop_length, int) or self.hop_length <= 0:
             raise ValueError(f"hop_length must be a positive number of samples, got {self.hop_length}")
         std = self.standard_frame_rate_hz
+        for key, ratio in DEFAULT_CLAMP_RATIOS.items():  # the clamp's defaults, relative to the standard rate
+            value = getattr(self, key)
+            object.__setattr__(self, key, float(ratio * std if value is None else value))
         if not 0 < self.min_frame_rate_hz <= std <= self.max_frame_rate_hz:
             raise ValueError(
                 "frame-rate clamp must satisfy 0 < min_frame_rate_hz <= standard rate <= "

@@ -229,13 +229,12 @@ class DynResFrontend(AbsFrontend):
         resample_grid_hz = fs // 40 if resample_grid_hz is None else resample_grid_hz
         if resample_grid_hz <= 0:
             raise ValueError(f"resample_grid_hz must be a positive number of Hz, got {resample_grid_hz}")
-        standard_hz = fs / hop_length
         self.policy = FrameRatePolicy(
             fs=fs,
             hop_length=hop_length,
-            min_frame_rate_hz=float(0.7 * standard_hz if min_frame_rate_hz is None else min_frame_rate_hz),
-            max_frame_rate_hz=float(1.3 * standard_hz if max_frame_rate_hz is None else max_frame_rate_hz),
-            fallback_frame_rate_hz=float(0.5 * standard_hz if fallback_frame_rate_hz is None else fallback_frame_rate_hz),
+            min_frame_rate_hz=None if min_frame_rate_hz is None else float(min_frame_rate_hz),
+            max_frame_rate_hz=None if max_frame_rate_hz is None else float(max_frame_rate_hz),
+            fallback_frame_rate_hz=None if fallback_frame_rate_hz is None else float(fallback_frame_rate_hz),
             curriculum_epochs=curriculum_epochs,
             target_frame_rate_hz=None if target_frame_rate_hz is None else float(target_frame_rate_hz),
             eval_frame_rate_hz=None if eval_frame_rate_hz is None else float(eval_frame_rate_hz),
