@@ -629,7 +629,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     train_sec = time.perf_counter() - t_start - data_sec
     summary = {name: summarize(setups[name].steps, opts.warmup_steps) for name in SETUPS}
 
-    train_audio_sec = sum(int(line.split()[1]) for line in shapes[0].read_text().splitlines()) / setups["dynres"].fs_hz
+    from espnet_dynres.samplers.dynres_batch_sampler import read_shape_file
+
+    train_audio_sec = int(read_shape_file(shapes[0])[1].sum()) / setups["dynres"].fs_hz
     report = dict(
         meta=dict(
             dry_run=opts.dry_run,

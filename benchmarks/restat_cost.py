@@ -117,7 +117,7 @@ def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[s
     if what in ("restat", "restat_per_layer"):
         utts = read_dir(train_dir)
         random.Random(0).shuffle(utts)
-        sample = model._batchnorm_restat
+        sample = model.batchnorm_restat_sample
         model.train()
         for _, wav, _ in utts:
             sample.add(wav[None], torch.tensor([wav.numel()]), model.batchnorm_restat_budget)

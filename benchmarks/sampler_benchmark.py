@@ -152,14 +152,17 @@ def lhotse_batches(cuts, max_duration_sec: float, epochs=(1, 2)):
 
 
 def espnet_kwargs(batch_type: str, table, budget_frames: int) -> dict:
-    std_frames = 1 + table.num_samples // HOP
+    from espnet_dynres.core.frame_rate_policy import standard_frame_counts
+
+    std_frames = standard_frame_counts(table.num_samples, HOP)
     if batch_type in ("numel", "length"):
         return dict(batch_bins=budget_frames * HOP)
     if batch_type == "sorted":
         return dict(batch_size=max(1, int(budget_frames / std_frames.mean())))
     if batch_type == "folded":
         fold = int(np.median(table.num_samples))
-        return dict(batch_size=max(1, int(budget_frames / (1 + fold // HOP))), fold_lengths=[fold])
+        return dict(batch_size=max(1, int(budget_frames / int(standard_frame_counts([fold], HOP)[0]))),
+                    fold_lengths=[fold])
     raise ValueError(batch_type)
 
 

@@ -59,3 +59,5 @@ def test_the_package_docstring_and_the_docs_name_exactly_the_registered_names():
     for path in ("README.md", "docs/asr_sh.md"):
         text = (REPO_ROOT / path).read_text()
         assert "five names" in text and not re.search(r"\b(three|four|six) names\b", text), path
+        missing = [f"{key}: {name}" for key, name in sorted(registered) if not re.search(rf"\b{key}: {name}\b", text)]
+        assert not missing, f"{path} does not name {missing}"

@@ -108,6 +108,12 @@ class DynResASRModel(ESPnetASRModel):
         # The re-estimate's batch budget; ASRTask.build_model (espnet_dynres) sets the run's evaluation budget.
         self.batchnorm_restat_budget = RestatBudget(max_batch_size=1)
 
+    @property
+    def batchnorm_restat_sample(self) -> Optional[BatchNormRestat]:
+        """The epoch's sample for the BatchNorm re-estimate (item 4 of the class docstring), or
+        ``None`` when it is off or the model has no BatchNorm."""
+        return self._batchnorm_restat
+
     def train(self, mode: bool = True) -> "DynResASRModel":
         """``nn.Module.train``; leaving training mode first re-estimates BatchNorm (class docstring, 4)."""
         leaving_training = self.training and not mode

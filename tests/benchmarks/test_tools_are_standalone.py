@@ -62,3 +62,24 @@ def test_real_utterances_read_fsdd_and_name_a_missing_folder(tmp_path):
     missing = tmp_path / "no_fsdd_here"
     with pytest.raises(FileNotFoundError, match=str(missing)):
         common.real_utterances(1, fsdd_dir=missing)
+
+
+def test_no_tool_reads_a_private_attribute_of_the_package():
+    package = REPO_ROOT / "espnet_dynres"
+    private = set()  # the package's own private names: self._x, def _x, _X = ...
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                private.add(node.attr)
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                private.add(node.name)
+    private = {name for name in private if name.startswith("_") and not name.startswith("__")}
+    bad = []
+    for script in SCRIPTS:
+        for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and node.attr in private
+                    and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+                bad.append(f"{script.name}:{node.lineno}: .{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("espnet_dynres"):
+                bad += [f"{script.name}:{node.lineno}: import {a.name}" for a in node.names if a.name.startswith("_")]
+    assert not bad, "\n".join(bad)
