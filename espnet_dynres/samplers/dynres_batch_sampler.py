@@ -95,57 +95,27 @@ class DynResBatchSampler(AbsSampler):
     neighbours meet changes from epoch to epoch.
 
     **Grouping.**  Taken in that order, an utterance joins the current batch while the
-    sampler's :class:`~espnet_dynres.batch_constraint.BatchConstraint` (:attr:`constraint`)
-    admits it: (a) the :class:`FrameRatePolicy` still finds one frame count ``T`` for the
-    whole batch inside the rate clamp, (b) ``batch_size × T <= batch_bins``
-    (feature frames after the rate change: ``batch_bins`` is a hard frame
-    budget, never exceeded except as below), (c) ``batch_size <= max_batch_size``
-    and (d) ``T`` leaves every member at least its ``utt2min_frames`` (CTC
-    safety: the frames its transcript needs after the encoder's subsampling,
-    never more than its standard frame count).  (e) With ``batch_fill="nearest"``
-    a batch closes *nearest* to the budget instead of always below it
-    (``"below"``, the default): an utterance that would take ``B × T`` over
-    ``batch_bins`` at the rule's ``T`` still joins when that overshoot (frames)
-    is smaller than the room the batch leaves without it, and the batch's ``T``
-    is lowered to ``batch_bins // B``, which must stay inside every member's
-    clamp and CTC minimum (the budget still holds).  ESPnet's ``numel`` sampler
-    closes a batch only *after* it exceeds its budget; closing always below
-    can leave the steps before a long utterance up to half empty, which
-    ``"nearest"`` fills (an option, not the default: docs/experiments/batch_fill_nearest.md).  A batch is only closed once it
-    holds ``min_batch_size`` utterances (ESPnet passes the world size under
-    DDP); the last ``< min_batch_size`` utterances of an epoch take utterances
-    from the batch before so that both keep ``min_batch_size``.  Such forced
-    batches may break (a)/(b); with ``min_batch_size = W`` a forced batch has at
-    most ``2W - 1`` utterances.  Their frames (:meth:`_frames`): a common ``T``
-    down to ``fallback_frame_rate_hz`` if one exists, lowered toward
-    ``batch_bins / B`` (never below the fallback rate or a member's CTC
-    minimum); else each member at its own lowest frame count, padded to the
-    longest (``T`` ``None``: a *padded batch*, never at the standard rate).
+    sampler's :class:`~espnet_dynres.core.batch_planner.BatchPlanner` (:attr:`planner`, the one
+    place that states the rules: clamp, budget, ``max_batch_size``, CTC minimum, ``batch_fill``)
+    admits it; validation batches (``shuffle=False``) by the planner's evaluation cost,
+    ``B × max(standard frame count) <= batch_bins``.  A batch is only closed once it holds
+    ``min_batch_size`` utterances (ESPnet passes the world size under DDP); the last
+    ``< min_batch_size`` utterances of an epoch take utterances from the batch before so that
+    both keep ``min_batch_size`` (a forced batch has at most ``2W - 1`` utterances).  Each batch
+    is then planned by :meth:`BatchPlanner.plan` (rule, lowered, padded; standard for validation).
+    With the policy's ``target_frame_rate_range_hz`` the batch being filled aims at its own drawn
+    rate (:meth:`FrameRatePolicy.batch_target_rates_hz`, from ``(seed, epoch)``).
 
-    **Drawn target rates.**  With the policy's ``target_frame_rate_range_hz``, the batch being
-    filled aims at its own target rate (:meth:`FrameRatePolicy.batch_target_rates_hz`, drawn from
-    ``(seed, epoch)``) in rule (a) and in its planned ``T``, so a batch's rate does not follow the
-    durations it holds; the budget (b) holds as before.
-
-    **Oversized utterances.**  An utterance whose ``T`` alone exceeds
-    ``batch_bins`` gets a batch of its own, at the lowest frame count that
-    reaches the budget (down to ``fallback_frame_rate_hz`` and never below its
-    CTC minimum).  If even that exceeds ``batch_bins`` (or, in a batch forced
-    to ``B`` utterances, ``batch_bins / B``), ``oversized="warn"`` logs a
-    warning naming it (once) and ``"error"`` raises.
-
-    **Validation** (``shuffle=False``): the frontend computes every utterance at
-    the standard rate, padded to the longest of its batch, so validation batches
-    are grouped by that cost instead: in length order, ``B × max(standard frame
-    count) <= batch_bins`` (``max_batch_size``, ``min_batch_size`` and
-    ``oversized`` as above); :meth:`frames_for_epoch` gives that padded count.
+    **Oversized utterances.**  A batch still over ``batch_bins`` after lowering (an utterance over
+    it even at ``fallback_frame_rate_hz``, alone or in a forced batch) is named once in the plan's
+    summary line (``oversized="warn"``) or refused (``"error"``).
 
     **Output.**  :meth:`batches_for_epoch` gives the batches (utterance ids,
     in ``sort_in_batch`` order), in random order when ``shuffle`` (else by
     length, ``sort_batch``); :meth:`frames_for_epoch` the planned ``T`` per
     batch (``None``: a padded batch, each member at its own lowest frame count);
     :meth:`kinds_for_epoch` how each batch was planned
-    (:class:`~espnet_dynres.core.frame_rate_policy.BatchKind`: rule, lowered, padded; standard for
+    (:class:`~espnet_dynres.core.batch_planner.BatchKind`: rule, lowered, padded; standard for
     validation); :meth:`utt_frames_for_epoch` the planned frames per utterance, which the
     iterator hands to the ``dynres`` frontend so the frontend computes exactly
     the plan.  Every utterance is in exactly one batch of every epoch; the
@@ -278,7 +248,7 @@ class DynResBatchSampler(AbsSampler):
         return list(self._plan(epoch)[1])
 
     def kinds_for_epoch(self, epoch: int) -> List[BatchKind]:
-        """How each batch of ``epoch`` was planned (:class:`~espnet_dynres.core.frame_rate_policy.BatchKind`);
+        """How each batch of ``epoch`` was planned (:class:`~espnet_dynres.core.batch_planner.BatchKind`);
         validation batches (``shuffle=False``) are ``STANDARD``."""
         return list(self._plan(epoch)[3])
 
@@ -296,10 +266,6 @@ class DynResBatchSampler(AbsSampler):
         """How many batches of ``epoch`` are padded batches (:attr:`BatchKind.PADDED` in training: each
         member at its lowest planned rate, padded to the longest)."""
         return sum(t is None for t in self._plan(epoch)[1])
-
-    @property
-    def batch_list(self) -> List[Tuple[str, ...]]:
-        return self.batches_for_epoch(self.epoch)
 
     @property
     def batch_frames(self) -> List[Optional[int]]:

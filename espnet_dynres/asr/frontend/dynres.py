@@ -93,10 +93,11 @@ class DynResFeatures(NamedTuple):
     Attributes:
         feats: ``(B, T_frames, n_mels)`` float32 log-mel, padded frames 0.
         feats_lengths: ``(B,)`` int64 frames per utterance before padding.
-        frame_rates_hz: ``(B,)`` float32 frame rate of each utterance in Hz, or ``None``
-            when every utterance ran at the standard rate (outside a training step, or a
-            fallback batch).
-        fallback: the batch was a fallback batch (no common frame count; standard rate, padded).
+        frame_rates_hz: ``(B,)`` float32 frame rate of each utterance in Hz in a training step;
+            ``None`` outside one (every utterance at the evaluation rate).
+        fallback: a training batch without a plan and without a common frame count, planned
+            by the frontend as the sampler plans such a batch (each utterance at its lowest rate,
+            padded).
     """
 
     feats: torch.Tensor
@@ -132,43 +133,22 @@ class DynResFrontend(AbsFrontend):
     (:func:`check_default_frontend_options`), so a ``frontend_conf`` copied from
     ``frontend: default`` works as it is.
 
-    Modes:
+    Modes (docs/frontend.md has the math and both methods in full):
 
-    * **training step** (``self.training`` and autograd enabled): the policy
-      gives the batch one frame count ``T`` (:meth:`BatchConstraint.batch_frame_counts`, without a budget)
-      and every utterance comes out with exactly ``T`` frames, by
-      ``method``:
-
-      - ``hop``: the utterance's own fractional frame shift
-        (:meth:`FrameRatePolicy.frame_shift_samples`), window and FFT size
-        unchanged, the whole batch in one gather + FFT on its device;
-      - ``resample``: ``torchaudio.functional.resample`` (windowed sinc,
-        ``sinc_interp_hann``) to ``fs' = fs × hop / shift`` snapped to a
-        ``resample_grid_hz`` grid (so ``fs / gcd(fs, fs')`` and the polyphase
-        kernel stay small), then the standard ``hop_length`` corrected by the
-        snap error (< ``resample_grid_hz / (2 fs')`` relative) to land on ``T``.
-        ``resample_filterbank: original`` keeps the mel filterbank of ``fs``: the
-        resampled signal is analysed as if sampled at ``fs``, a *speed change*
-        (time stretch and pitch shift by ``fs / fs'``, like speed perturbation)
-        — the published design's variant and the default.
-        ``resample_filterbank: resampled`` builds the filterbank for ``fs'``
-        (with ``fmax`` at most ``fs / 2``): only the time axis changes, but when
-        ``fs' < fs`` the content above ``fs' / 2`` is lost, so the top mel
-        bands go to the log floor.
-
-      A *fallback batch* (no common ``T`` down to ``fallback_frame_rate_hz``)
-      is computed at the standard rate and zero-padded; it is counted in
-      ``num_fallback_batches`` and logged.
-    * **otherwise** (``eval()`` for validation and decoding, or
-      ``torch.no_grad()`` as in ESPnet's collect-stats, which keeps the model in
-      train mode): exactly ESPnet's ``Stft`` + ``LogMel`` at the standard rate,
-      i.e. identical to ``DefaultFrontend`` with the same settings, for both
-      methods; with ``eval_frame_rate_hz`` set (Hz, inside the clamp), every
-      utterance at that one rate instead: frame shift ``fs / eval_frame_rate_hz``
-      samples, ``1 + floor(L × eval_frame_rate_hz / fs)`` frames (ESPnet's count
-      at that hop), by the ``hop`` method's framing, so validation, the
-      BatchNorm re-estimate and decoding all run at it.  Validation batches are
-      still planned in standard frames (``valid_batch_bins``).
+    * **training step** (``dynamic``: decided by ``model: dynres``'s step context, else
+      ``self.training`` and autograd enabled): every utterance gets the frames of the sampler's
+      plan, or, without one, those of :class:`~espnet_dynres.core.batch_planner.BatchPlanner`
+      (no budget), by ``method``: ``hop``, each utterance's own fractional frame shift, the whole
+      batch in one gather + FFT (:func:`~espnet_dynres.core.features.framed_logmel`); or
+      ``resample``, each utterance resampled (windowed sinc) to ``fs' = fs × hop / shift`` on a
+      ``resample_grid_hz`` grid, then framed at (nearly) ``hop_length``, analysed with the
+      filterbank of ``fs`` (``resample_filterbank: original``, a speed change, the default) or
+      of ``fs'`` (``resampled``).  A batch the frontend planned itself without a common frame
+      count (a *fallback batch*) is counted in ``num_fallback_batches`` and logged.
+    * **otherwise** (``eval()`` for validation and decoding, or ``torch.no_grad()`` as in
+      ESPnet's collect-stats): exactly ESPnet's ``Stft`` + ``LogMel`` at the standard rate,
+      identical to ``DefaultFrontend``; with ``eval_frame_rate_hz`` every utterance at that one
+      rate instead (shift ``fs / eval_frame_rate_hz`` samples).
 
     The plan and the rates travel as arguments and return values, never as
     state: :meth:`features` takes the sampler's plan (``speech_frames``) and
@@ -306,8 +286,8 @@ class DynResFrontend(AbsFrontend):
             speech_frames: ``(B,)`` int64 feature frames per utterance planned by
                 ``batch_type: dynres`` (batch key ``speech_frames``), used in a
                 training step (checked by :func:`~espnet_dynres.core.batch_planner.check_plan`); ``None``:
-                the policy's batch rule (:meth:`BatchConstraint.batch_frame_counts`,
-                no curriculum: only the sampler's plan carries it).  Ignored
+                the planner's rules for a batch without a plan (no budget, no
+                curriculum: only the sampler's plan carries it).  Ignored
                 outside a training step (standard rate).
             with_rates: return :class:`DynResFeatures` (as :meth:`features`)
                 instead of the :class:`AbsFrontend` pair ``(feats, feats_lengths)``.
