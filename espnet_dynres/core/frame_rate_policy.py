@@ -186,13 +186,6 @@ class FrameRatePolicy:
                 )
             object.__setattr__(self, "target_frame_rate_range_hz", (lo, hi))
 
-    @property
-    def target_ratio(self) -> float:
-        """``target_frame_rate_hz / standard_frame_rate_hz`` (1.0 when no target is set)."""
-        if self.target_frame_rate_hz is None:
-            return 1.0
-        return self.target_frame_rate_hz / self.standard_frame_rate_hz
-
     def batch_target_rates_hz(self, seed: int, epoch: int, num_batches: int):
         """Target rates (Hz) of an epoch's training batches under ``target_frame_rate_range_hz``.
 
