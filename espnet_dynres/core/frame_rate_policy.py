@@ -338,7 +338,7 @@ class FrameRatePolicy:
                 ``None``: ``target_frame_rate_hz`` (or the standard rate).
 
         Returns:
-            ``round(sum_standard_frames × target_ratio / batch_size)`` clipped to
+            ``round(sum_standard_frames × target / standard rate / batch_size)`` clipped to
             ``[lo, hi]`` (moved toward ``lo`` during the curriculum), or ``None``
             when ``lo > hi``.
         """
