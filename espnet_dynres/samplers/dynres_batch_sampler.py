@@ -12,7 +12,7 @@ from typeguard import typechecked
 
 from espnet2.samplers.abs_sampler import AbsSampler
 
-from espnet_dynres.core.batch_planner import BATCH_FILLS, BatchKind, BatchPlan, BatchPlanner
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlan, BatchPlanner
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.glue.data_checks import blank_line_message
 
@@ -171,8 +171,6 @@ class DynResBatchSampler(AbsSampler):
         oversized: str = "warn",
         batch_fill: str = "below",
     ):
-        if batch_bins < 1:
-            raise ValueError(f"batch_bins must be >= 1 frame, got {batch_bins}")
         if drop_last:
             raise ValueError("batch_type dynres never drops utterances: set drop_last_iter false")
         for name, value in (("sort_in_batch", sort_in_batch), ("sort_batch", sort_batch)):
@@ -180,8 +178,6 @@ class DynResBatchSampler(AbsSampler):
                 raise ValueError(f"{name} must be ascending or descending, got {value!r}")
         if oversized not in OVERSIZED_ACTIONS:
             raise ValueError(f"oversized must be one of {OVERSIZED_ACTIONS}, got {oversized!r}")
-        if batch_fill not in BATCH_FILLS:
-            raise ValueError(f"batch_fill must be one of {BATCH_FILLS}, got {batch_fill!r}")
         if shuffle_jitter < 0:
             raise ValueError(f"shuffle_jitter must be >= 0, got {shuffle_jitter}")
         self.min_batch_size = max(1, min_batch_size)
@@ -215,6 +211,7 @@ class DynResBatchSampler(AbsSampler):
         self._samples_arr = samples
         min_frames = None if utt2min_frames is None else [int(utt2min_frames.get(k, 1)) for k in self.keys]
         # The one place that knows the batch rules (module espnet_dynres.core.batch_planner).
+        # It checks batch_bins and batch_fill (the same rules, stated once).
         self.planner = BatchPlanner(policy, samples, min_frames, batch_bins, max_batch_size, batch_fill,
                                     evaluation=not shuffle)
         self._log_samples = np.log(np.maximum(samples, 1).astype(np.float64))
