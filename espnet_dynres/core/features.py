@@ -3,7 +3,8 @@
 ``framed_logmel`` frames every utterance of a batch at its own (fractional) frame shift, as
 ``torch.stft(center=True, pad_mode="reflect")`` frames one utterance at a whole one, and applies a
 mel filterbank; ``resample_rows`` resamples each utterance to its own rate (windowed sinc, rows of
-one rate together).  The ``dynres`` frontend
+one rate together).  ``hop_logmel``, ``resample_logmel`` and ``fixed_rate_logmel`` are the
+frontend's three feature paths built from them.  The ``dynres`` frontend
 (:class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`) holds the configuration and the
 filterbank modules and calls these.
 """
@@ -100,6 +101,73 @@ def framed_logmel(speech: torch.Tensor, speech_lengths: torch.Tensor, shifts: to
     all_full = bool((feats_lengths == t_max).all())
     feats, _ = logmel(power, None if all_full else feats_lengths)  # (B, T, n_mels), padding -> 0
     return feats
+
+
+def hop_logmel(policy: FrameRatePolicy, speech: torch.Tensor, speech_lengths: torch.Tensor,
+               feats_lengths: torch.Tensor, window: torch.Tensor, logmel: LogMelFn) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``method: hop``: each utterance framed at its own fractional shift
+    (:meth:`FrameRatePolicy.frame_shifts_samples`), the whole batch in one :func:`framed_logmel`.
+
+    Args:
+        speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples;
+            feats_lengths ``(B,)`` int64 frames wanted per utterance.
+
+    Returns:
+        feats ``(B, max(feats_lengths), n_mels)`` and the frame rates ``(B,)`` float32 Hz.
+    """
+    shifts = policy.frame_shifts_samples(speech_lengths.to(speech.device), feats_lengths.to(speech.device))
+    return framed_logmel(speech, speech_lengths, shifts, feats_lengths, window, logmel), (policy.fs / shifts).float()
+
+
+def resample_logmel(policy: FrameRatePolicy, speech: torch.Tensor, speech_lengths: torch.Tensor,
+                    feats_lengths: torch.Tensor, window: torch.Tensor, logmel: LogMelFn, grid_hz: int,
+                    resampler: Callable[[int], Callable[[torch.Tensor], torch.Tensor]],
+                    logmel_at: Optional[Callable[[int], LogMelFn]] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``method: resample``: each utterance resampled to its rate ``fs'`` on the ``grid_hz`` grid
+    (:func:`resample_rates_hz`, :func:`resample_rows`), then framed at (nearly) the standard hop.
+
+    Args:
+        speech, speech_lengths, feats_lengths, window: as :func:`hop_logmel`.
+        logmel: the filterbank of ``policy.fs`` (``resample_filterbank: original``: a speed change).
+        resampler: ``resampler(fs')`` gives the ``fs -> fs'`` transform.
+        logmel_at: ``logmel_at(fs')`` gives the filterbank of ``fs'`` (``resample_filterbank:
+            resampled``); ``None`` uses ``logmel`` for every rate.
+
+    Returns:
+        feats ``(B, max(feats_lengths), n_mels)`` and the frame rates ``(B,)`` float32 Hz, in the
+        original time axis.
+    """
+    device = speech.device
+    counts = feats_lengths.to(device)
+    new_rates = resample_rates_hz(policy, speech_lengths.to(device).long(), counts, grid_hz)  # (B,) int64 Hz
+    padded, new_lengths = resample_rows(speech, speech_lengths, new_rates, policy.fs, resampler)
+    shifts = policy.frame_shifts_samples(new_lengths, counts, fs_hz=new_rates)  # (B,) samples at fs'
+    if logmel_at is None:
+        feats = framed_logmel(padded, new_lengths, shifts, feats_lengths, window, logmel)
+    else:
+        feats = None
+        for fs_new in sorted(set(new_rates.tolist())):
+            sel = new_rates == fs_new
+            part = framed_logmel(padded[sel], new_lengths[sel], shifts[sel], feats_lengths[sel], window,
+                                 logmel_at(fs_new))
+            if feats is None:
+                feats = torch.zeros(speech.size(0), int(feats_lengths.max()), part.size(2), device=device)
+            feats[sel, : part.size(1)] = part  # a padded batch's rows differ in length
+    return feats, (new_rates.double() / shifts).float()
+
+
+def fixed_rate_logmel(policy: FrameRatePolicy, speech: torch.Tensor, speech_lengths: torch.Tensor,
+                      window: torch.Tensor, logmel: LogMelFn) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Every utterance at ``policy.eval_frame_rate_hz`` (one shift, ``fs / eval_frame_rate_hz``
+    samples; :meth:`FrameRatePolicy.eval_frame_counts` frames).
+
+    Returns:
+        feats ``(B, T_frames, n_mels)`` (padded frames 0) and feats_lengths ``(B,)`` int64.
+    """
+    feats_lengths = torch.from_numpy(policy.eval_frame_counts(speech_lengths.cpu().numpy())).to(speech.device)
+    shifts = torch.full((speech.size(0),), policy.eval_frame_shift_samples, dtype=torch.float64,
+                        device=speech.device)
+    return framed_logmel(speech.float(), speech_lengths, shifts, feats_lengths, window, logmel), feats_lengths
 
 
 def resample_rates_hz(policy: FrameRatePolicy, num_samples: torch.Tensor, num_frames: torch.Tensor,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -22,23 +21,6 @@ from espnet_dynres.core.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
 FILTERBANKS = ("original", "resampled")
-def float32_features(forward):
-    """Run a frontend's ``forward(input, input_lengths, ...)`` in float32 with autocast off.
-
-    Under mixed precision (ESPnet's ``--use_amp true``, ``torch.autocast``) the
-    mel matmul and the resampling convolution would run in bfloat16/float16:
-    log-mel values then differ by up to ~0.1 (bf16), and the STFT power can
-    overflow float16.  The wrapped forward gets ``input.float()`` and runs under
-    ``torch.autocast(device_type=input.device.type, enabled=False)``, so the
-    features are float32 whatever autocast context the training step opened.
-    """
-
-    @functools.wraps(forward)
-    def wrapped(self, input: torch.Tensor, input_lengths: torch.Tensor, *args, **kwargs):
-        with torch.autocast(device_type=input.device.type, enabled=False):
-            return forward(self, input.float(), input_lengths, *args, **kwargs)
-
-    return wrapped
 
 
 class DynResFeatures(NamedTuple):
@@ -63,60 +45,32 @@ class DynResFeatures(NamedTuple):
 class DynResFrontend(AbsFrontend):
     """Log-mel fbank whose training batches have one frame count and no padding.
 
-    Parameters shared with ESPnet's ``DefaultFrontend`` (``fs``, ``n_fft``,
-    ``win_length``, ``hop_length``, ``window``, ``n_mels``, ``fmin``, ``fmax``,
-    ``htk``) mean the same and have the same defaults (``fs`` 16000, ``n_fft``
-    512, ``win_length`` ``None`` = ``n_fft``, ``hop_length`` 128 = 125 Hz, 80
-    mels), so an omitted key gives DefaultFrontend's features.  The recipe sets
-    the usual 25 ms window / 10 ms shift: ``win_length: 400, hop_length: 160``
-    (100 Hz).  For ``fs: 8k`` give ``win_length: 200, hop_length: 80, n_fft:
-    256`` (rates stay rates, hops are samples).  ``min_frame_rate_hz``, ``max_frame_rate_hz``,
-    ``fallback_frame_rate_hz`` (Hz; omitted: 0.7, 1.3 and 0.5 × the standard
-    rate ``fs / hop_length``, i.e. 70, 130 and 50 Hz at 100 Hz), ``curriculum_epochs``
-    (applied by the sampler's plan; needs ``batch_type: dynres``) and
-    ``target_frame_rate_hz`` (the mean rate a batch aims at, Hz; omitted: the
-    standard rate, i.e. each batch gets its mean standard frame count; lower
-    targets cost fewer encoder frames, measured in ``docs/experiments/frame_rate_lever.md``),
-    ``target_frame_rate_range_hz`` (``[lo, hi]`` Hz: each training batch of the sampler's plan
-    aims at a rate drawn from it; needs ``batch_type: dynres``)
-    configure the
-    :class:`FrameRatePolicy` shared with the sampler.  The rest of DefaultFrontend's
-    parameters are accepted where they change nothing (``center: true``,
-    ``normalized: false``, ``onesided: true``, ``apply_stft: true``, and
-    ``frontend_conf`` with WPE and beamformer off) and refused otherwise
-    (:func:`~espnet_dynres.asr.frontend.default_options.check_default_frontend_options`), so a ``frontend_conf`` copied from
-    ``frontend: default`` works as it is.
+    DefaultFrontend's parameters (``fs``, ``n_fft``, ``win_length``, ``hop_length``, ``window``,
+    ``n_mels``, ``fmin``, ``fmax``, ``htk``) mean the same and have the same defaults (hop 128 =
+    125 Hz at 16 kHz; the recipe sets ``win_length: 400, hop_length: 160``, 100 Hz), so an omitted
+    key gives DefaultFrontend's features.  The rest of DefaultFrontend's options are accepted where
+    they change nothing and refused otherwise
+    (:func:`~espnet_dynres.asr.frontend.default_options.check_default_frontend_options`).  The rate
+    keys (``min_frame_rate_hz``, ``max_frame_rate_hz``, ``fallback_frame_rate_hz``,
+    ``target_frame_rate_hz``, ``target_frame_rate_range_hz``, ``eval_frame_rate_hz``,
+    ``curriculum_epochs``; docs/options.md) configure the :class:`FrameRatePolicy` the sampler
+    shares.  ``method`` (``hop`` or ``resample``), ``resample_filterbank`` (``original`` or
+    ``resampled``) and ``resample_grid_hz`` (default ``fs / 40``) choose how a training step's
+    rates are computed (docs/frontend.md has both methods in full).
 
-    Modes (docs/frontend.md has the math and both methods in full):
-
-    * **training step** (``dynamic``: decided by ``model: dynres``'s step context, else
-      ``self.training`` and autograd enabled): every utterance gets the frames of the sampler's
-      plan, or, without one, those of :class:`~espnet_dynres.core.batch_planner.BatchPlanner`
-      (no budget), by ``method``: ``hop``, each utterance's own fractional frame shift, the whole
-      batch in one gather + FFT (:func:`~espnet_dynres.core.features.framed_logmel`); or
-      ``resample``, each utterance resampled (windowed sinc) to ``fs' = fs × hop / shift`` on a
-      ``resample_grid_hz`` grid, then framed at (nearly) ``hop_length``, analysed with the
-      filterbank of ``fs`` (``resample_filterbank: original``, a speed change, the default) or
-      of ``fs'`` (``resampled``).  A batch the frontend planned itself without a common frame
-      count (a *fallback batch*) is counted in ``num_fallback_batches`` and logged.
-    * **otherwise** (``eval()`` for validation and decoding, or ``torch.no_grad()`` as in
-      ESPnet's collect-stats): exactly ESPnet's ``Stft`` + ``LogMel`` at the standard rate,
-      identical to ``DefaultFrontend``; with ``eval_frame_rate_hz`` every utterance at that one
-      rate instead (shift ``fs / eval_frame_rate_hz`` samples).
-
-    The plan and the rates travel as arguments and return values, never as
-    state: :meth:`features` takes the sampler's plan (``speech_frames``) and
-    returns the frame rates with the features (:class:`DynResFeatures`);
-    ``model: dynres`` (:class:`~espnet_dynres.asr.dynres_model.DynResASRModel`)
-    passes the plan in and the rates on to ``specaug: dynres``.  ``forward`` without
-    ``with_rates`` is the :class:`AbsFrontend` interface (features and lengths only).
+    Modes: in a **training step** (``dynamic``, decided by ``model: dynres``'s step context, else
+    :meth:`is_dynamic`) every utterance gets the frames of the sampler's plan, or without one those
+    of :class:`~espnet_dynres.core.batch_planner.BatchPlanner` (no budget); a batch so planned
+    without a common frame count is a *fallback batch* (counted in ``num_fallback_batches``,
+    logged).  **Otherwise** (validation, decoding, collect-stats under ``no_grad``): ESPnet's
+    ``Stft`` + ``LogMel`` at the standard rate, identical to DefaultFrontend, or every utterance at
+    ``eval_frame_rate_hz`` when set.  Features are float32 with autocast off whatever the training
+    step's precision.
 
     Raises:
-        ValueError: a DefaultFrontend option the dynres frontend cannot honour
-            (:func:`~espnet_dynres.asr.frontend.default_options.check_default_frontend_options`), an odd ``n_fft``, ``win_length`` outside ``1..n_fft``, an
-            unknown ``method`` or ``resample_filterbank``, a non-positive
-            ``resample_grid_hz``, or an invalid rate clamp (see
-            :class:`FrameRatePolicy`).
+        ValueError: a DefaultFrontend option it cannot honour, an odd ``n_fft``, ``win_length``
+            outside ``1..n_fft``, an unknown ``method`` or ``resample_filterbank``, a
+            non-positive ``resample_grid_hz``, or an invalid rate clamp (:class:`FrameRatePolicy`).
     """
 
     @typechecked
@@ -163,41 +117,25 @@ class DynResFrontend(AbsFrontend):
         resample_grid_hz = fs // 40 if resample_grid_hz is None else resample_grid_hz
         if resample_grid_hz <= 0:
             raise ValueError(f"resample_grid_hz must be a positive number of Hz, got {resample_grid_hz}")
+        rates = dict(min_frame_rate_hz=min_frame_rate_hz, max_frame_rate_hz=max_frame_rate_hz,
+                     fallback_frame_rate_hz=fallback_frame_rate_hz, target_frame_rate_hz=target_frame_rate_hz,
+                     eval_frame_rate_hz=eval_frame_rate_hz)
         self.policy = FrameRatePolicy(
-            fs=fs,
-            hop_length=hop_length,
-            min_frame_rate_hz=None if min_frame_rate_hz is None else float(min_frame_rate_hz),
-            max_frame_rate_hz=None if max_frame_rate_hz is None else float(max_frame_rate_hz),
-            fallback_frame_rate_hz=None if fallback_frame_rate_hz is None else float(fallback_frame_rate_hz),
-            curriculum_epochs=curriculum_epochs,
-            target_frame_rate_hz=None if target_frame_rate_hz is None else float(target_frame_rate_hz),
-            eval_frame_rate_hz=None if eval_frame_rate_hz is None else float(eval_frame_rate_hz),
+            fs=fs, hop_length=hop_length, curriculum_epochs=curriculum_epochs,
+            **{k: None if v is None else float(v) for k, v in rates.items()},
             target_frame_rate_range_hz=(tuple(target_frame_rate_range_hz)
                                         if isinstance(target_frame_rate_range_hz, (list, tuple))
                                         else target_frame_rate_range_hz),
         )
-        self.fs = fs
-        self.n_fft = n_fft
-        self.win_length = win_length
-        self.hop_length = hop_length
-        self.n_mels = n_mels
-        self.window = window
-        self.method = method
-        self.resample_filterbank = resample_filterbank
-        self.resample_grid_hz = resample_grid_hz
+        self.fs, self.n_fft, self.win_length, self.hop_length = fs, n_fft, win_length, hop_length
+        self.n_mels, self.window, self.method = n_mels, window, method
+        self.resample_filterbank, self.resample_grid_hz = resample_filterbank, resample_grid_hz
         self._mel_options = dict(n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax, htk=htk)
         self._resampled_logmels: Dict[int, LogMel] = {}
         self._resamplers: Dict[Tuple[int, str], torchaudio.transforms.Resample] = {}  # not submodules
         # Standard-rate path: ESPnet's own modules, so eval output == DefaultFrontend.
-        self.stft = Stft(
-            n_fft=n_fft,
-            win_length=win_length,
-            hop_length=hop_length,
-            center=True,
-            window=window,
-            normalized=False,
-            onesided=True,
-        )
+        self.stft = Stft(n_fft=n_fft, win_length=win_length, hop_length=hop_length, center=True, window=window,
+                         normalized=False, onesided=True)
         self.logmel = LogMel(fs=fs, **self._mel_options)
         self.frontend_type = "dynres"
         self.num_fallback_batches = 0  # a running count for the log message only
@@ -213,14 +151,10 @@ class DynResFrontend(AbsFrontend):
         self, input: torch.Tensor, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None,
         dynamic: Optional[bool] = None,
     ) -> DynResFeatures:
-        """``self(input, input_lengths, speech_frames, with_rates=True, dynamic=dynamic)``: features, lengths,
-        rates, fallback.
-
-        Goes through ``__call__``, so forward hooks on the frontend see every call.
-        """
+        """``self(input, input_lengths, speech_frames, with_rates=True, dynamic=dynamic)`` (through
+        ``__call__``, so forward hooks see every call)."""
         return self(input, input_lengths, speech_frames, with_rates=True, dynamic=dynamic)
 
-    @float32_features
     def forward(
         self,
         input: torch.Tensor,
@@ -229,42 +163,36 @@ class DynResFrontend(AbsFrontend):
         with_rates: bool = False,
         dynamic: Optional[bool] = None,
     ) -> Union[Tuple[torch.Tensor, torch.Tensor], DynResFeatures]:
-        """Log-mel features, computed in float32 with autocast off (:func:`float32_features`).
+        """Log-mel features, float32, computed with autocast off.
 
         Args:
-            input: speech ``(B, T_samples)`` float32 at ``fs`` Hz, zero-padded;
-                outside a training step also ``(B, T_samples, C)``, of which, as
-                in ``DefaultFrontend``, the first channel is used in ``eval()``
-                and a random one in train mode (collect-stats).
-            input_lengths: ``(B,)`` int64, samples before padding.
-            speech_frames: ``(B,)`` int64 feature frames per utterance planned by
-                ``batch_type: dynres`` (batch key ``speech_frames``), used in a
-                training step (checked by :func:`~espnet_dynres.core.batch_planner.check_plan`); ``None``:
-                the planner's rules for a batch without a plan (no budget, no
-                curriculum: only the sampler's plan carries it).  Ignored
-                outside a training step (standard rate).
-            with_rates: return :class:`DynResFeatures` (as :meth:`features`)
-                instead of the :class:`AbsFrontend` pair ``(feats, feats_lengths)``.
-            dynamic: a training step (per-utterance frame rates) or not, as the caller decided
-                (``model: dynres``'s step context); ``None``: :meth:`is_dynamic` (the
-                :class:`AbsFrontend` interface, called by ESPnet's own models).
+            input: speech ``(B, T_samples)`` float at ``fs`` Hz, zero-padded; outside a training
+                step also ``(B, T_samples, C)`` (DefaultFrontend's channel choice: the first in
+                ``eval()``, a random one in train mode).
+            input_lengths: ``(B,)`` int64 samples before padding.
+            speech_frames: ``(B,)`` int64 frames per utterance planned by ``batch_type: dynres``
+                (batch key ``speech_frames``; checked by
+                :func:`~espnet_dynres.core.batch_planner.check_plan`), used in a training step;
+                ``None``: the planner's rules for a batch without a plan.
+            with_rates: return :class:`DynResFeatures` instead of ``(feats, feats_lengths)``.
+            dynamic: a training step or not, as the caller decided; ``None``: :meth:`is_dynamic`
+                (the :class:`AbsFrontend` interface ESPnet's own models call).
 
         Returns:
-            ``(feats, feats_lengths)``, or with ``with_rates`` a
-            :class:`DynResFeatures`: feats ``(B, T_frames, n_mels)`` float32
-            (natural-log mel power, padded frames 0), feats_lengths ``(B,)``
-            int64 (in a training step all equal to ``T_frames`` except in a
-            fallback batch or a planned padded batch, where each utterance has
-            its own count), the frame rates ``(B,)`` Hz (``None`` at the
-            standard rate) and the fallback flag.
+            ``(feats (B, T_frames, n_mels) float32 natural-log mel power with padded frames 0,
+            feats_lengths (B,) int64)``, or with ``with_rates`` a :class:`DynResFeatures`.
 
         Raises:
-            ValueError: multi-channel input in a training step (the plan is per
-                utterance and channel choice is not: down-mix the data), an input
-                that is neither 2-D nor 3-D, NaN/inf samples, or a plan this
-                policy cannot produce.
+            ValueError: multi-channel input in a training step (down-mix the data), an input that
+                is neither 2-D nor 3-D, NaN/inf samples, or a plan this policy cannot produce.
         """
         dynamic = self.is_dynamic() if dynamic is None else dynamic
+        with torch.autocast(device_type=input.device.type, enabled=False):
+            out = self._features(input.float(), input_lengths, speech_frames, dynamic)
+        return out if with_rates else (out.feats, out.feats_lengths)
+
+    def _features(self, input: torch.Tensor, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor],
+                  dynamic: bool) -> DynResFeatures:
         if input.dim() == 3 and not dynamic:
             # (B, T_samples, C) -> (B, T_samples): DefaultFrontend's channel choice (its STFT is per channel).
             ch = int(np.random.randint(input.size(2))) if self.training else 0
@@ -283,46 +211,27 @@ class DynResFrontend(AbsFrontend):
         # NaN/inf samples are refused; short inputs (even 0 samples) are reflected/zero-padded as
         # DefaultFrontend does, so decoding writes a hypothesis for every utterance.
         features.check_speech_batch(input, input_lengths, min_samples=0)
-        fallback = False
         if dynamic:
             feats_lengths, fallback = self.frame_counts(input_lengths, speech_frames)
             if fallback:
                 self._count_fallback(input_lengths)
-            if self.method == "hop":
-                feats, rates = self.hop_logmel(input, input_lengths, feats_lengths)
-            else:
-                feats, rates = self.resample_logmel(input, input_lengths, feats_lengths)
-            return DynResFeatures(feats, feats_lengths, rates, fallback) if with_rates else (feats, feats_lengths)
+            feats, rates = self.dynamic_logmel(input, input_lengths, feats_lengths)
+            return DynResFeatures(feats, feats_lengths, rates, fallback)
         if self.policy.eval_frame_rate_hz is not None:
-            # eval_frame_rate_hz: one fixed shift fs / rate for every utterance (validation, re-estimate, decoding).
-            feats_lengths = torch.from_numpy(self.policy.eval_frame_counts(input_lengths.cpu().numpy())).to(input.device)
-            shifts = torch.full((input.size(0),), self.policy.eval_frame_shift_samples, dtype=torch.float64,
-                                device=input.device)
-            window = features.padded_window(self.window, self.win_length, self.n_fft, input.device)
-            feats = features.framed_logmel(input.float(), input_lengths, shifts, feats_lengths, window, self.logmel)
-            return DynResFeatures(feats, feats_lengths, None, fallback) if with_rates else (feats, feats_lengths)
-        # float32 for the features whatever autocast does around us.
-        stft, feats_lengths = self.stft(input.float(), input_lengths)  # (B, T_frames, F, 2)
+            feats, feats_lengths = features.fixed_rate_logmel(self.policy, input, input_lengths,
+                                                              self._window(input.device), self.logmel)
+            return DynResFeatures(feats, feats_lengths, None, False)
+        stft, feats_lengths = self.stft(input, input_lengths)  # (B, T_frames, F, 2)
         power = stft[..., 0] ** 2 + stft[..., 1] ** 2  # (B, T_frames, F)
         feats, _ = self.logmel(power, feats_lengths)
-        return DynResFeatures(feats, feats_lengths, None, fallback) if with_rates else (feats, feats_lengths)
+        return DynResFeatures(feats, feats_lengths, None, False)
 
     def frame_counts(
         self, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, bool]:
-        """Frames per utterance for a training step, and whether the batch is a fallback batch.
-
-        The sampler's plan ``speech_frames`` when given (checked by
-        :func:`~espnet_dynres.core.batch_planner.check_plan`; never a fallback batch), else the
-        planner's rules for a batch without a plan (no budget); a fallback batch is the ``PADDED``
-        plan of a batch without a common frame count.
-
-        Args:
-            input_lengths: ``(B,)`` int64 samples.
-            speech_frames: ``(B,)`` int64 planned frames, or ``None``.
-
-        Returns:
-            ``(feats_lengths (B,) int64, fallback)``.
+        """``(feats_lengths (B,) int64, fallback)`` for a training step: the plan ``speech_frames``
+        (checked; never a fallback batch), else the planner's for ``input_lengths`` ``(B,)`` samples
+        (a fallback batch: its ``PADDED`` plan).
 
         Raises:
             ValueError: a plan of the wrong size, or one this policy cannot produce.
@@ -334,6 +243,43 @@ class DynResFrontend(AbsFrontend):
         plan = BatchPlanner.for_batch(self.policy, lengths).plan_batch()
         return torch.tensor(plan.frames, dtype=torch.long, device=input_lengths.device), plan.kind is BatchKind.PADDED
 
+    def dynamic_logmel(
+        self, speech: torch.Tensor, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Features at ``feats_lengths`` ``(B,)`` frames per utterance by ``method``
+        (:func:`~espnet_dynres.core.features.hop_logmel` or
+        :func:`~espnet_dynres.core.features.resample_logmel`): feats ``(B, max(feats_lengths),
+        n_mels)`` and the frame rates ``(B,)`` Hz."""
+        device = speech.device
+        if self.method == "hop":
+            return features.hop_logmel(self.policy, speech, speech_lengths, feats_lengths, self._window(device),
+                                       self.logmel)
+        logmel_at = None if self.resample_filterbank == "original" else (lambda r: self._logmel_at(r, device))
+        return features.resample_logmel(self.policy, speech, speech_lengths, feats_lengths, self._window(device),
+                                        self.logmel, self.resample_grid_hz, lambda r: self.resampler(r, device),
+                                        logmel_at)
+
+    def resampler(self, fs_new: int, device: torch.device) -> torchaudio.transforms.Resample:
+        """``fs -> fs_new`` windowed-sinc resampler (``sinc_interp_hann``), built once and kept (not a
+        registered submodule: nothing of it goes into checkpoints)."""
+        key = (int(fs_new), str(device))
+        if key not in self._resamplers:
+            self._resamplers[key] = torchaudio.transforms.Resample(
+                self.fs, int(fs_new), resampling_method="sinc_interp_hann"
+            ).to(device)
+        return self._resamplers[key]
+
+    def _logmel_at(self, fs_new: int, device: torch.device) -> LogMel:
+        """Mel filterbank for signals sampled at ``fs_new`` covering at most ``0..fs/2`` Hz."""
+        if fs_new not in self._resampled_logmels:
+            options = dict(self._mel_options)
+            options["fmax"] = min(options["fmax"] or self.fs / 2, self.fs / 2)
+            self._resampled_logmels[fs_new] = LogMel(fs=fs_new, **options)
+        return self._resampled_logmels[fs_new].to(device)
+
+    def _window(self, device: torch.device) -> torch.Tensor:
+        return features.padded_window(self.window, self.win_length, self.n_fft, device)
+
     def _count_fallback(self, input_lengths: torch.Tensor) -> None:
         self.num_fallback_batches += 1
         secs = [n / self.fs for n in input_lengths.tolist()]
@@ -342,75 +288,3 @@ class DynResFrontend(AbsFrontend):
             f"common frame count down to {self.policy.fallback_frame_rate_hz:g} Hz; each utterance computed at its "
             f"lowest rate, padded to the longest (fallback batch #{self.num_fallback_batches})."
         )
-
-    # ------------------------------------------------------ the two methods
-    def hop_logmel(
-        self, speech: torch.Tensor, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``method: hop``: each utterance at its own fractional frame shift, the batch at once
-        (:func:`~espnet_dynres.core.features.framed_logmel`).
-
-        Args:
-            speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples;
-            feats_lengths: ``(B,)`` int64 frames wanted per utterance.
-
-        Returns:
-            feats ``(B, max(feats_lengths), n_mels)`` and the frame rates ``(B,)`` float (Hz).
-        """
-        shifts = self.policy.frame_shifts_samples(speech_lengths.to(speech.device), feats_lengths.to(speech.device))
-        window = features.padded_window(self.window, self.win_length, self.n_fft, speech.device)
-        feats = features.framed_logmel(speech, speech_lengths, shifts, feats_lengths, window, self.logmel)
-        return feats, (self.fs / shifts).float()
-
-    def resample_logmel(
-        self, speech: torch.Tensor, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``method: resample``: each utterance resampled to its rate on the grid
-        (:func:`~espnet_dynres.core.features.resample_rows`), then framed at (nearly) the standard hop.
-
-        Args:
-            speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples;
-            feats_lengths: ``(B,)`` int64 frames wanted per utterance.
-
-        Returns:
-            feats ``(B, max(feats_lengths), n_mels)`` and the frame rates ``(B,)``
-            float (Hz, in the original time axis).
-        """
-        device = speech.device
-        counts = feats_lengths.to(device)
-        new_rates = features.resample_rates_hz(self.policy, speech_lengths.to(device).long(), counts,
-                                               self.resample_grid_hz)  # (B,) int64 Hz
-        padded, new_lengths = features.resample_rows(speech, speech_lengths, new_rates, self.fs,
-                                                     lambda fs_new: self.resampler(fs_new, device))
-        shifts = self.policy.frame_shifts_samples(new_lengths, counts, fs_hz=new_rates)  # (B,) samples at fs'
-        window = features.padded_window(self.window, self.win_length, self.n_fft, device)
-        if self.resample_filterbank == "original":
-            feats = features.framed_logmel(padded, new_lengths, shifts, feats_lengths, window, self.logmel)
-        else:
-            feats = torch.zeros(speech.size(0), int(feats_lengths.max()), self.n_mels, device=device)
-            for fs_new in sorted(set(new_rates.tolist())):
-                sel = new_rates == fs_new
-                part = features.framed_logmel(padded[sel], new_lengths[sel], shifts[sel], feats_lengths[sel], window,
-                                              self._logmel_for(fs_new, device))
-                feats[sel, : part.size(1)] = part  # a padded batch's rows differ in length
-        return feats, (new_rates.double() / shifts).float()
-
-    def resampler(self, fs_new: int, device: torch.device) -> torchaudio.transforms.Resample:
-        """``fs -> fs_new`` windowed-sinc resampler (``sinc_interp_hann``), its kernel built once and kept.
-
-        Not a registered submodule: nothing of it goes into checkpoints.
-        """
-        key = (int(fs_new), str(device))
-        if key not in self._resamplers:
-            self._resamplers[key] = torchaudio.transforms.Resample(
-                self.fs, int(fs_new), resampling_method="sinc_interp_hann"
-            ).to(device)
-        return self._resamplers[key]
-
-    def _logmel_for(self, fs_new: int, device: torch.device) -> LogMel:
-        """Mel filterbank for signals sampled at ``fs_new`` covering at most ``0..fs/2`` Hz."""
-        if fs_new not in self._resampled_logmels:
-            options = dict(self._mel_options)
-            options["fmax"] = min(options["fmax"] or self.fs / 2, self.fs / 2)
-            self._resampled_logmels[fs_new] = LogMel(fs=fs_new, **options)
-        return self._resampled_logmels[fs_new].to(device)

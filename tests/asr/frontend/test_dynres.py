@@ -55,7 +55,7 @@ def test_hop_at_standard_frame_count_equals_default_frontend_per_utterance(real_
     for w in wavs:
         n = torch.tensor([len(w)])
         ref, ref_len = ref_fe(w[None], n)
-        out, rates = fe.hop_logmel(w[None], n, ref_len)
+        out, rates = fe.dynamic_logmel(w[None], n, ref_len)
         assert out.shape == ref.shape and rates.tolist() == [100.0]
         assert (out - ref).abs().max().item() <= 1e-4
 
@@ -69,7 +69,7 @@ def test_hop_gradient_at_standard_frame_count_equals_default_frontend(real_batch
         x_ref, x = w[None].clone().requires_grad_(True), w[None].clone().requires_grad_(True)
         n = torch.tensor([len(w)])
         ref, ref_len = ref_fe(x_ref, n)
-        out, _ = fe.hop_logmel(x, n, ref_len)
+        out, _ = fe.dynamic_logmel(x, n, ref_len)
         weights = torch.rand(ref.shape, generator=torch.Generator().manual_seed(len(w)))
         (ref * weights).sum().backward()
         (out * weights).sum().backward()
@@ -127,7 +127,7 @@ def test_training_batched_equals_one_by_one(method):
     speech, lengths = pad_batch(wavs)
     fe = DynResFrontend(method=method, **RECIPE_FRONTEND).train()
     feats, feats_lengths = fe(speech, lengths)
-    compute = fe.hop_logmel if method == "hop" else fe.resample_logmel
+    compute = fe.dynamic_logmel
     for b, w in enumerate(wavs):
         single, _ = compute(w[None], lengths[b : b + 1], feats_lengths[b : b + 1])
         assert torch.allclose(single[0], feats[b, : feats_lengths[b]], atol=1e-4)
@@ -159,9 +159,9 @@ def test_resample_groups_utterances_of_one_rate_and_matches_one_by_one(feasible_
     assert new_rates.tolist() == [int(features.resample_rates_hz(fe.policy, lengths[b : b + 1], counts[b : b + 1],
                                                                  fe.resample_grid_hz)) for b in range(len(wavs))]
     assert len(set(new_rates.tolist())) < len(wavs)
-    feats, rates = fe.resample_logmel(speech, lengths, counts)
+    feats, rates = fe.dynamic_logmel(speech, lengths, counts)
     for b, w in enumerate(wavs):
-        single, single_rate = fe.resample_logmel(w[None], lengths[b : b + 1], counts[b : b + 1])
+        single, single_rate = fe.dynamic_logmel(w[None], lengths[b : b + 1], counts[b : b + 1])
         assert torch.allclose(single[0], feats[b], atol=1e-4) and torch.equal(single_rate, rates[b : b + 1])
 
 
@@ -238,7 +238,7 @@ def test_framing_handles_utterances_shorter_than_one_window(method):
     speech = torch.randn(3, 300, generator=torch.Generator().manual_seed(0))
     lengths = torch.tensor([300, 100, 1])
     counts = torch.tensor([3, 3, 3])
-    compute = fe.hop_logmel if method == "hop" else fe.resample_logmel
+    compute = fe.dynamic_logmel
     feats, rates = compute(speech, lengths, counts)
     assert feats.shape == (3, 3, 80) and torch.isfinite(feats).all() and torch.isfinite(rates).all()
 

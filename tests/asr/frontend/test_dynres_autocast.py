@@ -1,7 +1,7 @@
 """The dynres frontend under mixed precision: features stay float32 and equal to a float32 run.
 
 CPU autocast stands in for CUDA's (same ``torch.autocast`` mechanism; bf16 and fp16).
-Without :func:`float32_features` the mel matmul and the resampling convolution run in
+Without the frontend's autocast-off float32 forward the mel matmul and the resampling convolution run in
 bf16 here and the features differ by up to ~0.07 (hop) and ~10 (resample).
 """
 
