@@ -168,7 +168,7 @@ def espnet_kwargs(batch_type: str, table, budget_frames: int) -> dict:
 
 def run_sampler(name: str, speech_shape: str, table, budget_frames: int, policy, cuts=None):
     """``(epoch1, epoch2, plan, (build wall s, build CPU s))`` for one sampler on one corpus; ``plan`` holds
-    the ``planned_frames`` / ``planned_utt_frames`` arguments of ``audit_batches`` (empty for padding samplers)."""
+    the ``plans`` argument of ``audit_batches`` (empty for padding samplers)."""
     from espnet_dynres.batch_audit import build_batches
 
     if name == "lhotse":
@@ -178,8 +178,7 @@ def run_sampler(name: str, speech_shape: str, table, budget_frames: int, policy,
         built = build_batches("dynres", speech_shape, batch_bins=budget_frames, policy=policy, seed=0)
     else:
         built = build_batches(name, speech_shape, **espnet_kwargs(name, table, budget_frames))
-    plan = {} if built.planned_frames is None else dict(planned_frames=built.planned_frames,
-                                                         planned_utt_frames=built.planned_utt_frames)
+    plan = {} if built.plans is None else dict(plans=built.plans)
     return built.epoch1, built.epoch2, plan, (built.build_time_sec, built.build_cpu_sec)
 
 

@@ -9,12 +9,11 @@ utterances in seconds):
   ``Σ_b (B_b · T_b − Σ_i frames_i) / Σ_b B_b · T_b``.  For ESPnet's samplers
   every utterance has its standard frame count ``1 + samples // hop_length``
   and a batch is padded to its longest member (``T_b`` = max).  For ``dynres``
-  a planned batch has ``B × T`` frames and no padding (every utterance is
-  brought to ``T``); a *padded batch* (planned ``T`` is ``None``) is padded
-  to its longest member: at the frames the sampler planned for each member
-  (``planned_utt_frames``, e.g. each at its lowest rate), or at the standard
-  rate when those are not given;
-* **audio per batch** (seconds, sum of the members' ``samples / fs``): the
+  (the sampler's :class:`~espnet_dynres.core.batch_planner.BatchPlan` per batch) a
+  ``RULE`` or ``LOWERED`` batch has ``B × T`` frames and no padding (every utterance is
+  brought to ``T``); a ``PADDED`` batch is padded to its longest member at the frames
+  the sampler planned for each (each at its lowest rate);
+* **audio per batch** (seconds, the members' samples summed, then ``/ fs``): the
   actual work of a training step at any frame rate, so the quantity to match
   when two samplers are compared "at equal audio per step";
 * **per-batch target-token counts** (sum of the text shape file's first field
@@ -44,7 +43,9 @@ the build time.  The CLI is :mod:`espnet_dynres.bin.audit_batches`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -53,10 +54,12 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlan
 from espnet_dynres.core.frame_rate_policy import standard_frame_counts
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler, read_shape_file
 
 ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
+BATCH_TYPES = ESPNET_BATCH_TYPES + ("dynres",)
 OFF_STANDARD_TOLERANCE = 0.10  # |rate / standard rate - 1| above this counts as off the standard rate
 RATE_BIN_HZ = 10.0  # width of the audit's frame-rate histogram bins
 
@@ -81,7 +84,6 @@ def rate_histogram(rates_hz: np.ndarray, bin_hz: float = RATE_BIN_HZ) -> Dict[st
     edges = np.arange(first, last + 2) * bin_hz
     counts, _ = np.histogram(rates, bins=edges)
     return {f"{a:g}-{b:g}": int(c) for a, b, c in zip(edges[:-1], edges[1:], counts)}
-BATCH_TYPES = ESPNET_BATCH_TYPES + ("dynres",)
 
 
 # --------------------------------------------------------------------- input
@@ -303,8 +305,7 @@ def audit_batches(
     *,
     hop_length_samples: int,
     fs_hz: int,
-    planned_frames: Optional[Sequence[Optional[int]]] = None,
-    planned_utt_frames: Optional[Sequence[Sequence[int]]] = None,
+    plans: Optional[Sequence[BatchPlan]] = None,
     batch_type: str = "",
     build_time_sec: float = 0.0,
     policy=None,
@@ -319,23 +320,18 @@ def audit_batches(
         hop_length_samples: standard frame shift; an utterance of ``L`` samples
             has ``1 + L // hop_length_samples`` standard frames.
         fs_hz: sampling rate of the shape file's samples (for durations in s).
-        planned_frames: per batch of epoch 1, the frame count ``T`` every member
-            is brought to (``dynres``), or ``None`` for a batch padded at the
-            standard rate; omit for samplers that pad every batch (ESPnet's).
-        planned_utt_frames: per batch of epoch 1, the planned frames of each
-            member in batch order (``DynResBatchSampler.utt_frames_for_epoch``);
-            a padded batch is then padded to its longest planned member instead
-            of being counted at the standard rate.  Needs ``planned_frames``.
+        plans: per batch of epoch 1, its :class:`~espnet_dynres.core.batch_planner.BatchPlan`
+            (``DynResBatchSampler.plans_for_epoch``: members' frames in batch order); a
+            ``PADDED`` or ``STANDARD`` plan is padded to its longest member.  ``None``:
+            every member at its standard frame count, padded to the longest (ESPnet's samplers).
         batch_type: name for the report.
         build_time_sec: measured build time to carry into the report.
         policy: the dynres :class:`~espnet_dynres.core.frame_rate_policy.FrameRatePolicy`, to count
             the utterances planned below its clamp (``num_below_clamp``).
 
     Raises:
-        ValueError: no batches, an empty batch, a key not in ``table``,
-            ``planned_frames`` of the wrong length, or a planned ``T < 1``;
-            ``planned_utt_frames`` without ``planned_frames``, of another shape
-            than the batches, with a count below 1, or disagreeing with a batch's ``T``.
+        ValueError: no batches, an empty batch, a key not in ``table``, or ``plans`` of another
+            shape than the batches or with a count below 1.
     """
     if len(batches_epoch1) == 0:
         raise ValueError(f"{batch_type or 'the sampler'} produced 0 batches")
@@ -347,35 +343,24 @@ def audit_batches(
 
     std_frames = standard_frame_counts(table.num_samples[flat], hop_length_samples)
     seconds = table.num_samples[flat] / float(fs_hz)
-    batch_audio_sec = np.add.reduceat(seconds, starts)  # (num_batches,) s of audio per step
+    batch_audio_sec = np.add.reduceat(table.num_samples[flat], starts) / float(fs_hz)  # (num_batches,) s per step
     min_sec = np.minimum.reduceat(seconds, starts)
     max_sec = np.maximum.reduceat(seconds, starts)
 
-    if planned_frames is None:
-        planned = np.full(len(sizes), -1, dtype=np.int64)
+    if plans is None:
+        padded_batch = np.ones(len(sizes), dtype=bool)
+        utt_frames = std_frames  # (B_total,) frames per utterance
     else:
-        if len(planned_frames) != len(sizes):
-            raise ValueError(f"planned_frames has {len(planned_frames)} entries for {len(sizes)} batches")
-        planned = np.fromiter((-1 if t is None else int(t) for t in planned_frames), dtype=np.int64,
-                              count=len(sizes))
-        if ((planned < 1) & (planned != -1)).any():
-            raise ValueError("a planned frame count must be >= 1 (or None for a padded batch)")
-    padded_batch = planned == -1
-    # (B_total,) frames per utterance as planned: T of its batch, or (padded batch) its planned
-    # count if given, else its standard count
-    utt_frames = np.where(np.repeat(padded_batch, sizes), std_frames, np.repeat(planned, sizes))
-    if planned_utt_frames is not None:
-        if planned_frames is None:
-            raise ValueError("planned_utt_frames needs planned_frames (the T of each batch)")
-        if [len(b) for b in planned_utt_frames] != sizes.tolist():
-            raise ValueError("planned_utt_frames must hold one count per utterance of every batch, in batch order")
-        given = np.fromiter(itertools.chain.from_iterable(planned_utt_frames), dtype=np.int64, count=int(sizes.sum()))
-        if (given < 1).any() or (given != utt_frames)[~np.repeat(padded_batch, sizes)].any():
-            raise ValueError("planned_utt_frames must be >= 1 and equal to T in every batch with a planned T")
-        utt_frames = given
+        if [len(p.frames) for p in plans] != sizes.tolist():
+            raise ValueError("plans must hold one plan per batch and one count per utterance, in batch order")
+        padded_batch = np.array([p.kind in (BatchKind.PADDED, BatchKind.STANDARD) for p in plans], dtype=bool)
+        utt_frames = np.fromiter(itertools.chain.from_iterable(p.frames for p in plans), dtype=np.int64,
+                                 count=int(sizes.sum()))
+        if (utt_frames < 1).any():
+            raise ValueError("a planned frame count must be >= 1")
     max_utt = np.maximum.reduceat(utt_frames, starts)
-    batch_frames = np.where(padded_batch, sizes * max_utt, sizes * planned)
-    batch_padded = np.where(padded_batch, sizes * max_utt - np.add.reduceat(utt_frames, starts), 0)
+    batch_frames = sizes * max_utt
+    batch_padded = sizes * max_utt - np.add.reduceat(utt_frames, starts)
     standard_rate_hz = fs_hz / float(hop_length_samples)
     utt_rate_hz = utt_frames / std_frames * standard_rate_hz  # (B_total,) Hz
     total = int(batch_frames.sum())
@@ -401,7 +386,7 @@ def audit_batches(
         total_frames=total,
         padded_frames=padded,
         padding_fraction=padded / total if total else 0.0,
-        num_padded_batches=int(padded_batch.sum()) if planned_frames is not None else 0,
+        num_padded_batches=int(padded_batch.sum()) if plans is not None else 0,
         tokens=tokens,
         composition_change=change,
         frame_rate_hz=Distribution.of(utt_rate_hz),
@@ -430,10 +415,8 @@ class SamplerBatches:
     Attributes:
         epoch1, epoch2: lists of key tuples: the audited epoch (``epoch`` of
             :func:`build_batches`, default 1) and the next one.
-        planned_frames: per batch of the audited epoch, the planned ``T`` (``None`` =
-            a padded fallback batch); ``None`` for ESPnet's samplers.
-        planned_utt_frames: per batch, each member's planned frames (``dynres``
-            only, ``DynResBatchSampler.utt_frames_for_epoch``); ``None`` otherwise.
+        plans: per batch of the audited epoch, its plan (``dynres`` only,
+            ``DynResBatchSampler.plans_for_epoch``); ``None`` for ESPnet's samplers.
         build_time_sec: seconds (wall clock) to build the sampler (reading the
             shape files included) and draw epoch 1's batches.
         build_cpu_sec: the same in CPU seconds of this process (less
@@ -443,11 +426,10 @@ class SamplerBatches:
 
     epoch1: List[Tuple[str, ...]]
     epoch2: List[Tuple[str, ...]]
-    planned_frames: Optional[List[Optional[int]]]
+    plans: Optional[List[BatchPlan]]
     build_time_sec: float
     build_cpu_sec: float = 0.0
     sampler: object = field(repr=False, default=None)
-    planned_utt_frames: Optional[List[Tuple[int, ...]]] = None
 
 
 def build_batches(
@@ -506,34 +488,23 @@ def build_batches(
         epoch1 = list(sampler)
         build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         epoch2 = list(sampler)
-        planned = planned_utt = None
+        plans = None
     elif batch_type == "dynres":
         if policy is None:
             raise ValueError("batch_type dynres needs the frontend's FrameRatePolicy (policy=...)")
-        wanted = dict(
-            batch_bins=batch_bins,
-            shape_files=shape_files,
-            policy=policy,
-            min_batch_size=min_batch_size,
-            max_batch_size=max_batch_size,
-            sort_in_batch=sort_in_batch,
-            sort_batch=sort_batch,
-            utt2min_frames=utt2min_frames,
-            seed=seed,
-            shuffle=True,
-            oversized=oversized,
-            shuffle_jitter=shuffle_jitter,
-            batch_fill=batch_fill,
+        sampler = DynResBatchSampler(
+            batch_bins=batch_bins, shape_files=shape_files, policy=policy, min_batch_size=min_batch_size,
+            max_batch_size=max_batch_size, sort_in_batch=sort_in_batch, sort_batch=sort_batch,
+            utt2min_frames=utt2min_frames, seed=seed, shuffle=True, oversized=oversized,
+            shuffle_jitter=shuffle_jitter, batch_fill=batch_fill,
         )
-        sampler = DynResBatchSampler(**wanted)
         epoch1 = list(sampler.batches_for_epoch(epoch))
-        planned = list(sampler.frames_for_epoch(epoch))
-        planned_utt = list(sampler.utt_frames_for_epoch(epoch))
+        plans = sampler.plans_for_epoch(epoch)
         build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         epoch2 = list(sampler.batches_for_epoch(epoch + 1))
     else:
         raise ValueError(f"unknown batch_type {batch_type!r}; choose from {', '.join(BATCH_TYPES)}")
-    return SamplerBatches(epoch1, epoch2, planned, build_time, build_cpu, sampler, planned_utt)
+    return SamplerBatches(epoch1, epoch2, plans, build_time, build_cpu, sampler)
 
 
 # ------------------------------------------------------------ budgets
@@ -549,31 +520,29 @@ def mean_audio_per_batch_sec(batches: Sequence[Sequence[str]], utt2samples: Dict
     return sum(utt2samples[k] for b in batches for k in b) / float(fs_hz) / len(batches)
 
 
-def budget_figures(batches: Sequence[Sequence[str]], utt2samples: Dict[str, int], fs_hz: int, hop_length: int,
-                   planned_utt_frames: Optional[Sequence[Sequence[int]]] = None) -> Dict[str, float]:
-    """Audio and feature frames per batch, as memory sees them: ``mean_audio_sec``, ``max_audio_sec``
-    (seconds of audio per batch), ``mean_frames``, ``max_frames`` (``B × T`` encoder input frames,
-    padding included: the longest member's count times ``B``).
+def budget_figures(audit: BatchAudit) -> Dict[str, float]:
+    """An audit's audio and feature frames per batch, as memory sees them: ``mean_audio_sec``,
+    ``max_audio_sec`` (seconds of audio per batch), ``mean_frames``, ``max_frames`` (``B × T``
+    frames, padding included)."""
+    return {"mean_audio_sec": audit.audio_sec.mean, "max_audio_sec": audit.audio_sec.max,
+            "mean_frames": audit.frames.mean, "max_frames": audit.frames.max}
 
-    Args:
-        batches: the batches (utterance ids).
-        utt2samples: samples per utterance; fs_hz: their sampling rate.
-        hop_length: the standard frame shift (samples), for batches without a plan (ESPnet's
-            samplers: every member at the standard rate, padded to the longest).
-        planned_utt_frames: the dynres plan's frames per member, batch by batch, or ``None``.
 
-    Raises:
-        ValueError: no batches.
-    """
-    if not batches:
-        raise ValueError("no batches")
-    audio = [sum(utt2samples[k] for k in b) / float(fs_hz) for b in batches]
-    if planned_utt_frames is None:
-        frames = [len(b) * int(standard_frame_counts([utt2samples[k] for k in b], hop_length).max()) for b in batches]
-    else:
-        frames = [len(f) * max(f) for f in planned_utt_frames]
-    return {"mean_audio_sec": float(np.mean(audio)), "max_audio_sec": float(max(audio)),
-            "mean_frames": float(np.mean(frames)), "max_frames": float(max(frames))}
+def audit_plan(sampler: DynResBatchSampler, table: ShapeTable, epoch: int = 1) -> BatchAudit:
+    """:func:`audit_batches` of a dynres sampler's plan of ``epoch`` (no second epoch)."""
+    return audit_batches(table, sampler.batches_for_epoch(epoch), hop_length_samples=sampler.policy.hop_length,
+                         fs_hz=sampler.policy.fs, plans=sampler.plans_for_epoch(epoch), batch_type="dynres")
+
+
+@contextlib.contextmanager
+def _warnings_silenced():
+    """Log records below ERROR dropped (a budget search plans many candidates, each may warn)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
 
 
 def fullest_batch_frames(sampler, epochs: Sequence[int]) -> int:
@@ -592,13 +561,9 @@ def memory_safe_batch_bins(sampler, max_frames: int, epochs: Sequence[int] = (1,
     Raises:
         ValueError: ``max_frames < 1``.
     """
-    import logging
-
     if max_frames < 1:
         raise ValueError(f"max_frames must be >= 1, got {max_frames}")
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
+    with _warnings_silenced():
         lo, hi = int(max_frames), int(1.5 * max_frames) + 1  # lo fits, hi is the first value not tried
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -606,8 +571,6 @@ def memory_safe_batch_bins(sampler, max_frames: int, epochs: Sequence[int] = (1,
                 lo = mid
             else:
                 hi = mid
-    finally:
-        logging.disable(previous)
     return lo
 
 
@@ -643,15 +606,11 @@ def dynres_batch_bins_for_audio(sampler, audio_sec: float, epoch: int = 1, itera
     Returns:
         ``batch_bins`` in feature frames (``B × T``), at least 1.
     """
-    import logging
-
     policy = sampler.policy
     drawn = policy.target_frame_rate_range_hz
     rate_hz = policy.target_frame_rate_hz or (sum(drawn) / 2 if drawn else policy.standard_frame_rate_hz)
     bins = max(1, int(round(audio_sec * rate_hz)))
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
+    with _warnings_silenced():
         for _ in range(iterations):
             candidate = sampler.with_batch_bins(bins)
             got = mean_audio_per_batch_sec(candidate.batches_for_epoch(epoch), candidate.utt2samples, policy.fs)
@@ -659,8 +618,6 @@ def dynres_batch_bins_for_audio(sampler, audio_sec: float, epoch: int = 1, itera
             if new == bins:
                 break
             bins = new
-    finally:
-        logging.disable(previous)
     return bins
 
 
@@ -686,10 +643,8 @@ def numel_sized_budget(sampler, shape_files: Sequence[str], epoch: int = 1) -> O
         The message (largest and mean audio per batch under both readings and the dynres
         ``batch_bins`` that gives ``numel``'s mean audio per batch), or ``None``.
     """
-    frames = sampler.frames_for_epoch(epoch)
     batches = sampler.batches_for_epoch(epoch)
-    utt_frames = sampler.utt_frames_for_epoch(epoch)
-    fullest = max(len(b) * (t if t is not None else max(f)) for b, t, f in zip(batches, frames, utt_frames))
+    fullest = fullest_batch_frames(sampler, [epoch])
     median_samples = float(np.median(np.fromiter(sampler.utt2samples.values(), dtype=np.int64)))
     if fullest >= 0.5 * sampler.batch_bins or sampler.batch_bins < median_samples:
         return None

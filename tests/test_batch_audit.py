@@ -14,8 +14,11 @@ from espnet_dynres.batch_audit import (
     composition_change,
     read_shape_table,
 )
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlan
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from factory import write_shape_files
+
+RULE, PADDED, STANDARD = BatchKind.RULE, BatchKind.PADDED, BatchKind.STANDARD
 
 HOP = 160
 FS = 16000
@@ -49,41 +52,41 @@ def test_padding_by_hand():
 def test_planned_batches_have_no_padding_and_padded_batches_do():
     t = table([9 * HOP, 3 * HOP, 7 * HOP])
     batches = [("utt000000", "utt000001"), ("utt000002",)]
-    planned = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[7, 8])
+    planned = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS,
+                            plans=[BatchPlan((7, 7), RULE), BatchPlan((8,), RULE)])
     assert planned.padded_frames == 0 and planned.total_frames == 2 * 7 + 8
     assert planned.num_padded_batches == 0
-    padded = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[None, 8])
-    assert padded.padded_frames == 10 - 4 and padded.num_padded_batches == 1
-    # with the sampler's per-member plan, a padded batch is padded to its longest planned member
-    lowest = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[None, 8],
-                           planned_utt_frames=[(6, 3), (8,)])
-    assert lowest.total_frames == 2 * 6 + 8 and lowest.padded_frames == 6 - 3
+    # a padded batch is padded to its longest planned member
+    lowest = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS,
+                           plans=[BatchPlan((6, 3), PADDED), BatchPlan((8,), RULE)])
+    assert lowest.total_frames == 2 * 6 + 8 and lowest.padded_frames == 6 - 3 and lowest.num_padded_batches == 1
     assert lowest.frame_rate_hz.min == pytest.approx(60.0)  # 6 of 10 standard frames
 
 
-def test_planned_utt_frames_must_match_the_batches():
+def test_plans_must_match_the_batches():
     t = table([9 * HOP, 3 * HOP, 7 * HOP])
     batches = [("utt000000", "utt000001"), ("utt000002",)]
-    for planned, per_utt in (([7, 8], [(7,), (8,)]), ([7, 8], [(7, 6), (8,)]), (None, [(7, 7), (8,)]),
-                             ([None, 8], [(0, 3), (8,)])):
-        with pytest.raises(ValueError, match="planned_utt_frames"):
-            audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=planned,
-                          planned_utt_frames=per_utt)
+    for plans in ([BatchPlan((7,), RULE), BatchPlan((8,), RULE)], [BatchPlan((7, 7), RULE)],
+                  [BatchPlan((7, 7), RULE), BatchPlan((8,), RULE), BatchPlan((8,), RULE)],
+                  [BatchPlan((0, 3), PADDED), BatchPlan((8,), RULE)]):
+        with pytest.raises(ValueError, match="plans must hold|planned frame count must be >= 1"):
+            audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, plans=plans)
 
 
 def test_frame_rate_per_utterance_by_hand():
     # standard frames 10, 4, 8; planned T = 7 (first batch) and 8: 70, 175 and 100 Hz
     t = table([9 * HOP, 3 * HOP, 7 * HOP])
     batches = [("utt000000", "utt000001"), ("utt000002",)]
-    planned = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=[7, 8])
+    planned = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS,
+                            plans=[BatchPlan((7, 7), RULE), BatchPlan((8,), RULE)])
     assert planned.frame_rate_hz.min == pytest.approx(70.0) and planned.frame_rate_hz.max == pytest.approx(175.0)
     assert planned.frame_rate_hz.median == pytest.approx(100.0)
     assert planned.off_standard_rate_fraction == pytest.approx(2 / 3)
-    # a padded batch runs at the standard rate, as ESPnet's samplers do
-    for planned_frames in ([None, 8], None):
-        padded = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, planned_frames=planned_frames)
+    # evaluation batches (STANDARD plans) run at the standard rate, padded, as ESPnet's samplers do
+    for plans in ([BatchPlan((10, 4), STANDARD), BatchPlan((8,), STANDARD)], None):
+        padded = audit_batches(t, batches, hop_length_samples=HOP, fs_hz=FS, plans=plans)
         assert padded.frame_rate_hz.min == padded.frame_rate_hz.max == pytest.approx(100.0)
-        assert padded.off_standard_rate_fraction == 0.0
+        assert padded.off_standard_rate_fraction == 0.0 and padded.padded_frames == 10 - 4
 
 
 @SLOW
@@ -124,7 +127,7 @@ def test_audio_per_batch_by_hand():
     # 1 s + 2 s, 0.5 s: the audio per step whatever the frame rate or padding.
     t = table([FS, 2 * FS, FS // 2])
     audit = audit_batches(t, [t.keys[0:2], t.keys[2:3]], hop_length_samples=HOP, fs_hz=FS,
-                          planned_frames=[70, 40])
+                          plans=[BatchPlan((70, 70), RULE), BatchPlan((40,), RULE)])
     assert audit.batch_audio_sec.tolist() == [3.0, 0.5]
     assert (audit.audio_sec.min, audit.audio_sec.max, audit.audio_sec.mean) == (0.5, 3.0, 1.75)
     assert "batch_audio_sec" not in audit.summary() and audit.summary()["audio_sec"]["mean"] == 1.75
@@ -187,9 +190,9 @@ def test_dynres_has_no_padding_and_redraws(tmp_path):
     shape_files, _ = write_shape_files(tmp_path, lengths)
     built = build_batches("dynres", shape_files[0], batch_bins=6000, policy=FrameRatePolicy(), seed=3)
     audit = audit_batches(read_shape_table(shape_files[0]), built.epoch1, built.epoch2,
-                          hop_length_samples=HOP, fs_hz=FS, planned_frames=built.planned_frames)
+                          hop_length_samples=HOP, fs_hz=FS, plans=built.plans)
     assert audit.num_padded_batches == 0 and audit.padding_fraction == 0.0
-    assert [len(b) for b in built.planned_utt_frames] == [len(b) for b in built.epoch1]
+    assert [len(p.frames) for p in built.plans] == [len(b) for b in built.epoch1]
     assert sorted(k for b in built.epoch1 for k in b) == sorted(read_shape_table(shape_files[0]).keys)
     assert ((audit.batch_frames <= 6000) | (audit.batch_sizes == 1)).all()
     assert audit.composition_change > 0.0

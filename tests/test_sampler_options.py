@@ -32,7 +32,7 @@ def test_max_batch_size_is_honoured_and_training_equals_the_audit(data_dir):
                                       batch_bins=3000, max_batch_size=4, seed=2, policy=policy,
                                       utt2min_frames=sampler_min_frames(sampler))
     assert audit.epoch1 == batches and audit.epoch2 == sampler.batches_for_epoch(2)
-    assert audit.planned_frames == sampler.frames_for_epoch(1)
+    assert audit.plans == sampler.plans_for_epoch(1)
 
 
 def sampler_min_frames(sampler):

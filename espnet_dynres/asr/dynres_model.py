@@ -45,29 +45,15 @@ class DynResASRModel(ESPnetASRModel):
        ``below_clamp`` (utterances of the batch computed below
        ``min_frame_rate_hz``, :meth:`FrameRatePolicy.below_clamp`) with the
        ``dynres`` frontend in a training step.
-    4. **BatchNorm statistics at the standard rate.**  Every training forward
-       offers its utterances to a uniform sample per epoch whose size is
-       ``batchnorm_restat_batches`` evaluation batches (their total standard
-       frames, or input elements, at most that many times the validation
-       budget) (:class:`~espnet_dynres.asr.batchnorm_restat.BatchNormRestat`);
-       when the model leaves training mode (``model.eval()``, which ESPnet's
-       trainer calls before validating, so before every checkpoint is saved),
-       each BatchNorm layer's running mean and variance are replaced by the
-       exact statistics of its input over that sample, encoded in evaluation
-       mode at the standard rate.  Training steps are unchanged (BatchNorm
-       trains on batch statistics); validation and decoding normalise with
-       statistics of the inputs they see, not an average of 70–130 Hz training
-       batches with dropout on (``docs/training_dynamics.md``).  With
-       ``batchnorm_restat_batches: 0``, or a model without BatchNorm, nothing is
-       kept or changed.  The sample lives in host memory; the re-estimate's
-       batches obey :attr:`batchnorm_restat_budget`, which
-       ``espnet_dynres`` sets from the run's validation budget
-       (:meth:`RestatBudget.from_task_args`: ``valid_batch_bins``, else
-       ``batch_bins``); a model built outside ESPnet's task has the budget
-       ``RestatBudget(max_batch_size=1)``: a sample of
-       ``batchnorm_restat_batches`` utterances, encoded one at a time.  It
-       works on raw audio and on extracted features
-       (``frontend: null``, ``speech (B, T_frames, D)``) alike.
+    4. **BatchNorm statistics at the standard rate.**  Every training forward offers its
+       utterances to the epoch's sample
+       (:class:`~espnet_dynres.asr.batchnorm_restat.BatchNormRestat`, ``batchnorm_restat_batches``
+       evaluation batches); when the model leaves training mode (``model.eval()``, before every
+       validation and checkpoint) each BatchNorm layer's running statistics are re-estimated from
+       it at the standard rate, in batches of :attr:`batchnorm_restat_budget` (set by
+       ``espnet_dynres`` from the run's validation budget, :meth:`RestatBudget.from_task_args`;
+       ``RestatBudget(max_batch_size=1)`` for a model built outside ESPnet's task).
+       ``batchnorm_restat_batches: 0``, or a model without BatchNorm, keeps and changes nothing.
 
     One forward's plan, mode and figures travel in one
     :class:`~espnet_dynres.asr.step_context.StepContext`, opened by :meth:`forward`, held as

@@ -52,7 +52,7 @@ from espnet2.tasks.asr import ASRTask
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.glue.ctc_targets import training_min_frames
 from espnet_dynres.batch_audit import (
-    BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches,
+    BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, audit_plan, build_batches,
     binding_batch_bins, budget_figures, dynres_batch_bins_for_audio, memory_safe_batch_bins, read_shape_table,
 )
 
@@ -268,8 +268,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def reference_budget(reference: str, args: argparse.Namespace) -> Dict[str, float]:
-    """:func:`~espnet_dynres.batch_audit.budget_figures` of the batches the training config ``reference`` plans
-    on the audited shape files (mean and largest audio and ``B × T`` frames per batch)."""
+    """:func:`~espnet_dynres.batch_audit.budget_figures` of the audit of the batches the training config
+    ``reference`` plans on the audited shape files (mean and largest audio and ``B × T`` frames per batch)."""
     if not Path(reference).is_file():
         raise SystemExit(f"--match {reference}: no such file; give the reference training config (YAML)")
     ref = parse_args([a for a in ["--config", reference, "--speech_shape", args.speech_shape]
@@ -281,12 +281,11 @@ def reference_budget(reference: str, args: argparse.Namespace) -> Dict[str, floa
                           sort_in_batch=ref.sort_in_batch, sort_batch=ref.sort_batch,
                           min_batch_size=ref.min_batch_size, policy=policy, max_batch_size=ref.max_batch_size,
                           seed=ref.seed, shuffle_jitter=ref.shuffle_jitter, batch_fill=ref.batch_fill)
-    table = read_shape_table(args.speech_shape)
     fs = policy.fs if policy else (args.fs or ref.fs or 16000)
     hop = policy.hop_length if policy else (ref.hop_length or (ref.config_conf.get("frontend_conf") or {}).get(
         "hop_length") or args.hop_length or 160)
-    return budget_figures(built.epoch1, dict(zip(table.keys, table.num_samples.tolist())), fs, hop,
-                          built.planned_utt_frames)
+    return budget_figures(audit_batches(read_shape_table(args.speech_shape), built.epoch1, hop_length_samples=hop,
+                                        fs_hz=fs, plans=built.plans))
 
 
 def ctc_minimum(args: argparse.Namespace) -> Tuple[Optional[Dict[str, int]], str]:
@@ -393,8 +392,7 @@ def _audit(args: argparse.Namespace, stdout) -> int:
         hop_length_samples=policy.hop_length if policy else (
             args.hop_length or (conf.get("frontend_conf") or {}).get("hop_length") or 160),
         fs_hz=policy.fs if policy else (args.fs or 16000),
-        planned_frames=built.planned_frames,
-        planned_utt_frames=built.planned_utt_frames,
+        plans=built.plans,
         batch_type=args.batch_type,
         build_time_sec=built.build_time_sec,
         policy=policy,
@@ -415,16 +413,16 @@ def _audit(args: argparse.Namespace, stdout) -> int:
               "utterances alone, or batches forced to min_batch_size)")
     if args.dump_batches:
         Path(args.dump_batches).write_text(json.dumps({
-            "epoch": args.epoch, "batches": [list(b) for b in built.epoch1], "frames": built.planned_frames,
-            "utt_frames": [list(f) for f in built.planned_utt_frames] if built.planned_utt_frames else None,
+            "epoch": args.epoch, "batches": [list(b) for b in built.epoch1],
+            "frames": [p.num_frames for p in built.plans] if built.plans else None,
+            "utt_frames": [list(p.frames) for p in built.plans] if built.plans else None,
         }) + "\n")
     if reference is not None:
         summary["match"] = match = {"reference": str(args.match), "reference_figures": reference, **suggestion}
         figures = {}
         for name in ("batch_bins", "batch_bins_memory_safe", "batch_bins_mean_matched"):
-            sampler = built.sampler.with_batch_bins(suggestion[name])
-            figures[name] = budget_figures(sampler.batches_for_epoch(args.epoch), sampler.utt2samples, policy.fs,
-                                           policy.hop_length, sampler.utt_frames_for_epoch(args.epoch))
+            figures[name] = budget_figures(audit_plan(built.sampler.with_batch_bins(suggestion[name]), table,
+                                                      args.epoch))
         match["figures"] = figures
         # Backward-compatible key: the mean audio per batch of the reference.
         match["reference_audio_per_batch_sec"] = reference["mean_audio_sec"]

@@ -267,10 +267,8 @@ class BatchPlanner:
             target_rate_hz: the batch's drawn target rate (Hz); ``None``: the policy's target.
         """
         members = list(members)
-        size = len(members)
         if self.evaluation:
-            counts = tuple(self._std[i] for i in members)
-            return BatchPlan(counts, BatchKind.STANDARD)
+            return BatchPlan(tuple(self._std[i] for i in members), BatchKind.STANDARD)
         lo = max(self._lo[i] for i in members)
         hi = min(self._hi[i] for i in members)
         total = sum(self._std[i] for i in members)

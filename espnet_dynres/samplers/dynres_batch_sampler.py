@@ -112,7 +112,7 @@ class DynResBatchSampler(AbsSampler):
 
     **Output.**  :meth:`batches_for_epoch` gives the batches (utterance ids,
     in ``sort_in_batch`` order), in random order when ``shuffle`` (else by
-    length, ``sort_batch``); :meth:`frames_for_epoch` the planned ``T`` per
+    length, ``sort_batch``); :meth:`plans_for_epoch` their plans; :meth:`frames_for_epoch` the planned ``T`` per
     batch (``None``: a padded batch, each member at its own lowest frame count);
     :meth:`kinds_for_epoch` how each batch was planned
     (:class:`~espnet_dynres.core.batch_planner.BatchKind`: rule, lowered, padded; standard for
@@ -206,7 +206,7 @@ class DynResBatchSampler(AbsSampler):
 
         self.utt2samples = read_speech_lengths(self.shape_files)
         self.keys: List[str] = list(self.utt2samples)
-        samples = np.array([self.utt2samples[k] for k in self.keys], dtype=np.int64)
+        samples = np.fromiter(self.utt2samples.values(), dtype=np.int64, count=len(self.keys))
         self._samples = samples.tolist()
         self._samples_arr = samples
         min_frames = None if utt2min_frames is None else [int(utt2min_frames.get(k, 1)) for k in self.keys]
@@ -216,7 +216,7 @@ class DynResBatchSampler(AbsSampler):
                                     evaluation=not shuffle)
         self._log_samples = np.log(np.maximum(samples, 1).astype(np.float64))
         self._sorted = np.lexsort((np.arange(len(samples)), samples))  # by length, then file order
-        self._cache: Dict[int, Tuple[List[Tuple[str, ...]], List[Optional[int]], List[Tuple[int, ...]], List[BatchKind]]] = {}
+        self._cache: Dict[int, Tuple[List[Tuple[str, ...]], List[BatchPlan]]] = {}
         self._warned: Set[str] = set()
         self._pending: Dict[str, str] = {}  # oversized utterances of the plan being built -> their message
         self._below_clamp: Dict[int, int] = {}  # epoch -> utterances planned below the clamp
@@ -239,19 +239,24 @@ class DynResBatchSampler(AbsSampler):
         """The batches (tuples of utterance ids) of ``epoch``; deterministic in ``(seed, epoch)``."""
         return list(self._plan(epoch)[0])
 
-    def frames_for_epoch(self, epoch: int) -> List[Optional[int]]:
-        """Planned ``T`` per batch of ``epoch``; ``None`` for a padded batch (each member at its own
-        planned count, padded to the longest: :meth:`utt_frames_for_epoch`)."""
+    def plans_for_epoch(self, epoch: int) -> List[BatchPlan]:
+        """The :class:`~espnet_dynres.core.batch_planner.BatchPlan` of every batch of ``epoch``
+        (aligned with :meth:`batches_for_epoch`, frames in the members' order); validation batches
+        (``shuffle=False``) are ``STANDARD``."""
         return list(self._plan(epoch)[1])
 
+    def frames_for_epoch(self, epoch: int) -> List[Optional[int]]:
+        """Planned ``T`` per batch of ``epoch`` (:attr:`BatchPlan.num_frames`); ``None`` for a padded
+        batch (each member at its own planned count, padded to the longest)."""
+        return [p.num_frames for p in self._plan(epoch)[1]]
+
     def kinds_for_epoch(self, epoch: int) -> List[BatchKind]:
-        """How each batch of ``epoch`` was planned (:class:`~espnet_dynres.core.batch_planner.BatchKind`);
-        validation batches (``shuffle=False``) are ``STANDARD``."""
-        return list(self._plan(epoch)[3])
+        """How each batch of ``epoch`` was planned (:class:`~espnet_dynres.core.batch_planner.BatchKind`)."""
+        return [p.kind for p in self._plan(epoch)[1]]
 
     def utt_frames_for_epoch(self, epoch: int) -> List[Tuple[int, ...]]:
         """Planned feature frames per utterance, batch by batch (aligned with :meth:`batches_for_epoch`)."""
-        return list(self._plan(epoch)[2])
+        return [p.frames for p in self._plan(epoch)[1]]
 
     def num_below_clamp_for_epoch(self, epoch: int) -> int:
         """How many utterances ``epoch`` plans *below the clamp* (``below_clamp``: fewer frames than
@@ -262,7 +267,7 @@ class DynResBatchSampler(AbsSampler):
     def num_padded_batches_for_epoch(self, epoch: int) -> int:
         """How many batches of ``epoch`` are padded batches (:attr:`BatchKind.PADDED` in training: each
         member at its lowest planned rate, padded to the longest)."""
-        return sum(t is None for t in self._plan(epoch)[1])
+        return sum(p.kind is BatchKind.PADDED for p in self._plan(epoch)[1])
 
     @property
     def batch_frames(self) -> List[Optional[int]]:
@@ -436,26 +441,18 @@ class DynResBatchSampler(AbsSampler):
             plans = self.planner.plan_groups(groups)
             for g, plan in zip(groups, plans):
                 self._name_oversized_valid(g, plan)
-        planned = [(p.num_frames, p.frames, p.kind) for p in plans]
         if self.shuffle:
             perm = np.random.default_rng([self.seed, epoch, 1]).permutation(len(groups)).tolist()
         else:
             perm = list(range(len(groups)))
             if self.sort_batch == "descending":
                 perm.reverse()
-        batches, frames, utt_frames, kinds = [], [], [], []
-        for j in perm:
-            group = groups[j]
-            t, per_utt, kind = planned[j]
-            if self.sort_in_batch == "descending":
-                group, per_utt = group[::-1], per_utt[::-1]
-            batches.append(tuple(self.keys[i] for i in group))
-            frames.append(t)
-            kinds.append(kind)
-            utt_frames.append(tuple(per_utt))
+        step = -1 if self.sort_in_batch == "descending" else 1
+        batches = [tuple(self.keys[i] for i in groups[j][::step]) for j in perm]
+        ordered = [BatchPlan(tuple(plans[j].frames[::step]), plans[j].kind) for j in perm]
         if self.shuffle:
             flat = [i for g in groups for i in g]
-            flat_frames = [c for _, per, _ in planned for c in per]
+            flat_frames = [c for p in plans for c in p.frames]
             below = int(self.policy.below_clamp(self._samples_arr[flat], flat_frames).sum()) if flat else 0
         else:
             below = 0  # validation: every utterance at the standard rate
@@ -463,5 +460,5 @@ class DynResBatchSampler(AbsSampler):
         self._summarize(epoch, below)
         if len(self._cache) >= 4:
             self._cache.pop(next(iter(self._cache)))
-        self._cache[epoch] = (batches, frames, utt_frames, kinds)
+        self._cache[epoch] = (batches, ordered)
         return self._cache[epoch]

@@ -1,6 +1,6 @@
 """Fingerprints of what a user sees, for comparing two versions of the package.
 
-``python tests/unchanged/fingerprints.py {plans,features,steps} --repo REPO`` prints one JSON object
+``python tests/unchanged/fingerprints.py {plans,features,steps,audits} --repo REPO`` prints one JSON object
 for the ``espnet_dynres`` package found first on ``PYTHONPATH`` (a checkout of any commit), using
 the configs under ``REPO/conf``:
 
@@ -11,6 +11,7 @@ the configs under ``REPO/conf``:
 * ``features``: the ``dynres`` frontend's features, lengths and rates (training step with and
   without a plan, evaluation, ``eval_frame_rate_hz``, ``method: resample``) as SHA-256 of their
   bytes, and ``specaug: dynres``'s output under a fixed seed;
+* ``audits``: the batch audit CLI's JSON summary and dumped batches (:func:`audits`);
 * ``steps``: the main config's model trained for a few steps on a fixed synthetic batch
   sequence: each step's loss, CTC and attention losses, weight and gradient norm, as ``repr``
   of the float (bit-exact).
@@ -235,12 +236,57 @@ def steps(repo: Path, num_steps: int = 6) -> Dict[str, List[str]]:
     return out
 
 
+def _rounded(obj):
+    """Floats to 12 significant digits: the audit sums audio in samples before dividing by ``fs``,
+    so a figure may move in its last bits between versions and nowhere else."""
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rounded(v) for v in obj]
+    return float(f"{obj:.12g}") if isinstance(obj, float) else obj
+
+
+def audits(repo: Path) -> Dict[str, str]:
+    """The audit CLI's JSON summary (``python -m espnet_dynres.bin.audit_batches --json``, build time
+    left out, floats as :func:`_rounded`) and the batches it dumps (``--dump_batches``): every
+    ``batch_type: dynres`` config on the digit corpus, the main, ``numel`` and long-tail configs on
+    both corpora, and the main config with ``--match`` the ``numel`` config."""
+    import contextlib
+    import io
+
+    from espnet_dynres.bin.audit_batches import main as audit_main
+
+    numel = repo / "conf/train_asr_conformer_numel_cpu.yaml"
+    main_config = repo / "conf/train_asr_conformer_dynres_cpu.yaml"
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = corpora(Path(tmp))
+        for path in dynres_configs(repo) + [numel]:
+            both = path in (main_config, numel) or "longtail" in str(path)
+            for corpus, c in (data.items() if both else [("digits", data["digits"])]):
+                runs = {"": []}
+                if path == main_config:
+                    runs[":match"] = ["--match", str(numel)]
+                for suffix, extra in runs.items():
+                    out, dump = Path(tmp) / "audit.json", Path(tmp) / "batches.json"
+                    argv = ["--config", str(path), "--speech_shape", c["shapes"][0], "--text_shape", c["shapes"][1],
+                            "--fs", str(FS_HZ), "--json", str(out), "--dump_batches", str(dump)] + extra
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        assert audit_main(argv) == 0
+                    summary = json.loads(out.read_text())
+                    summary.pop("build_time_sec")
+                    name = f"{path.relative_to(repo)}:{corpus}{suffix}"
+                    result[name] = digest(_rounded(summary))
+                    result[f"{name}:batches"] = digest(json.loads(dump.read_text()))
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["plans", "features", "steps"])
+    parser.add_argument("what", choices=["plans", "features", "steps", "audits"])
     parser.add_argument("--repo", type=Path, required=True, help="the checkout whose conf/ is used")
     args = parser.parse_args(argv)
-    result = {"plans": plans, "features": features, "steps": steps}[args.what](args.repo)
+    result = {"plans": plans, "features": features, "steps": steps, "audits": audits}[args.what](args.repo)
     json.dump(result, sys.stdout, indent=1, sort_keys=True)
     print()
     return 0

@@ -1,6 +1,6 @@
 """What a user sees has not moved since the reference commit, the last one before the planner and
 step-context redesign: batch plans (epochs 1-5 of every ``batch_type: dynres`` config on two
-corpora), features, SpecAugment, and the main config's first training steps (losses, weights,
+corpora), batch audits, features, SpecAugment, and the main config's first training steps (losses, weights,
 gradient norms), each computed by the reference's package and by this checkout's, in separate
 processes on this machine (:mod:`fingerprints`), and compared exactly.
 
@@ -53,7 +53,7 @@ def fingerprint(what: str, package_root: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("what", ["plans", "features", "steps"])
+@pytest.mark.parametrize("what", ["plans", "features", "steps", "audits"])
 def test_what_a_user_sees_is_unchanged_since_the_reference(reference_package, what):
     before, after = fingerprint(what, reference_package), fingerprint(what, ROOT)
     assert sorted(before) == sorted(after)
