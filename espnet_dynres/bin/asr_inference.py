@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import logging
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -235,8 +236,6 @@ def with_stats_found(config_file: Union[str, Path, None]) -> Union[str, Path, No
             "espnet_dynres.bin.export_espnet_config --exp_dir <exp> there once (it copies the statistics into the "
             "experiment folder)."
         )
-    import tempfile
-
     config["normalize_conf"] = {**config["normalize_conf"], "stats_file": str(beside)}
     patched = Path(tempfile.mkdtemp(prefix="espnet_dynres_config_")) / Path(config_file).name
     patched.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")

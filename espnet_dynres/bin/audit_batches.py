@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+import yaml
 
 from espnet2.tasks.asr import ASRTask
 
@@ -234,8 +235,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     first, _ = parser.parse_known_args(argv)
     parser.config_conf = {}
     if first.config:
-        import yaml
-
         conf = yaml.safe_load(Path(first.config).read_text(encoding="utf-8")) or {}
         defaults = {k: conf[k] for k in CONFIG_KEYS if conf.get(k) is not None}
         if isinstance(defaults.get("fold_length"), int):

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
 
 import humanfriendly
+import numpy as np
 import torch
 
 
@@ -70,8 +71,6 @@ def standard_frame_counts(num_samples, hop_length: int):
     Returns:
         ``(N,)`` int64 frames (numpy).
     """
-    import numpy as np
-
     return 1 + np.asarray(num_samples, dtype=np.int64) // int(hop_length)
 
 
@@ -201,8 +200,6 @@ class FrameRatePolicy:
         Returns:
             ``(num_batches,)`` float64 Hz (numpy), or ``None`` when no range is set.
         """
-        import numpy as np
-
         if self.target_frame_rate_range_hz is None:
             return None
         lo, hi = self.target_frame_rate_range_hz
@@ -244,8 +241,6 @@ class FrameRatePolicy:
         Returns:
             ``(N,)`` int64 frames (numpy).
         """
-        import numpy as np
-
         if self.eval_frame_rate_hz is None:
             return self.standard_frame_counts(num_samples)
         n = np.asarray(num_samples, dtype=np.float64)
@@ -275,8 +270,6 @@ class FrameRatePolicy:
         Returns:
             ``(lo (N,) int64, hi (N,) int64)`` frames.
         """
-        import numpy as np
-
         n = np.asarray(num_samples, dtype=np.int64)
         low_rate = self.min_frame_rate_hz if min_rate_hz is None else min_rate_hz
         lo = 1 + np.floor(n * low_rate / self.fs + 1e-9).astype(np.int64)
@@ -299,8 +292,6 @@ class FrameRatePolicy:
         Returns:
             ``(N,)`` bool (numpy).
         """
-        import numpy as np
-
         lo, _ = self.frame_count_ranges(num_samples)
         return np.asarray(num_frames, dtype=np.int64) < lo
 
