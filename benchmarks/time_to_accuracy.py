@@ -608,7 +608,8 @@ def add_targets(results: dict, arms: List[str], seeds: List[int]) -> dict:
 
     Adds ``target`` and ``reached`` (``None``, or the epoch, wall-clock seconds, steps and the
     ratio of its wall-clock to the target arm's own first time at that figure), and
-    ``best_target`` and ``reached_best`` likewise, to each ``results["arms"][arm][seed]``.
+    ``best_target`` and ``reached_best`` likewise, to each ``results["arms"][arm][seed]``; an arm
+    without a run of a seed is left out of that seed.
     """
     metric, mode = results["metric"], METRICS[results["metric"]]
     rule = results.setdefault("target_rule", "best")
@@ -623,7 +624,9 @@ def add_targets(results: dict, arms: List[str], seeds: List[int]) -> dict:
         for suffix, target in targets.items():
             ref_row = ref[first_reaching(values, target, mode)]
             for arm in arms:
-                entry = results["arms"][arm][seed]
+                entry = results["arms"][arm].get(seed)
+                if entry is None:  # a merge of a study in progress: this arm's run of the seed is to come
+                    continue
                 rows = entry["epochs"]
                 i = first_reaching([r.get(metric, float("nan")) for r in rows], target, mode)
                 entry["best_target" if suffix else "target"] = target

@@ -350,6 +350,8 @@ def test_merge_reports_pairs_run_separately_against_one_target_arm(tmp_path):
     table = (tmp_path / "out" / "time_to_accuracy.md").read_text()
     assert "| E | 1 | 100 | — | 2, 20 | 200 (0.67×) | 3 (1.00×) | — | — |" in table  # s/epoch 300/3, no frames
     assert (tmp_path / "out" / "time_to_accuracy.png").stat().st_size > 0
+    partial = tta.merge_results([ac, ef, run_file("a2", {"A": {2: [0.5, 0.2, 0.1]}}, "A")], None, "last_two_mean")
+    assert list(partial["arms"]["C"]) == [1] and partial["arms"]["A"][2]["reached"]["epoch"] == 3  # C's seed 2 to come
     with pytest.raises(ValueError, match="arm A seed 1 is in an earlier file"):
         tta.merge_results([ac, ac], None, "last_two_mean")
     with pytest.raises(ValueError, match="target arm 'C' has no run for seed"):
