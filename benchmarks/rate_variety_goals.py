@@ -131,7 +131,8 @@ def goals(table: dict, variety_arms: List[str], tolerance: float = 0.10, max_tim
     Returns one dict per goal and arm: ``{"goal", "arm", "per_seed": {seed: (value, bound, met)},
     "mean": paired_difference(value, bound) (value − bound, or the ratio − the bound for the time
     goal), "met_in_mean", "shown"}``.  ``met`` means ``value < bound`` for the "better than" goals
-    and ``value <= bound`` for the "at most" ones.
+    and ``value <= bound`` for the "at most" ones; it is ``None`` where a test set the goal needs
+    was not scored in that seed (that seed is then left out of the mean).
     """
     _require(table, [a, sp, sp_at, csp])
     rows: List[dict] = []
@@ -140,7 +141,8 @@ def goals(table: dict, variety_arms: List[str], tolerance: float = 0.10, max_tim
         seeds = sorted(s for s in table[arm] if all(s in table[x] for x in (a, sp, sp_at, csp)))
         vals = {s: value(s) for s in seeds}
         bounds = {s: bound(s) for s in seeds}
-        per_seed = {s: (vals[s], bounds[s], vals[s] < bounds[s] if strict else vals[s] <= bounds[s]) for s in seeds}
+        per_seed = {s: (vals[s], bounds[s], None if math.isnan(vals[s] - bounds[s])  # a test set not scored
+                        else vals[s] < bounds[s] if strict else vals[s] <= bounds[s]) for s in seeds}
         d = paired_difference([vals[s] for s in seeds], [bounds[s] for s in seeds])
         met = d["seeds"] > 0 and (d["mean"] < 0 if strict else d["mean"] <= 0)
         shown = d["seeds"] > 1 and (d["high"] < 0 if strict else d["high"] <= 0)
@@ -182,7 +184,7 @@ def goal_lines(rows: List[dict]) -> List[str]:
                 cells.append("—")
                 continue
             v, b, met = r["per_seed"][s]
-            cells.append(f"{v:{fmt}} / {b:{fmt}} {'yes' if met else 'no'}")
+            cells.append(f"{v:{fmt}} / {b:{fmt}} {'not scored' if met is None else 'yes' if met else 'no'}")
         lines.append(f"| {r['goal']} | " + " | ".join(cells) + f" | {_cell(r['mean'], '+' + fmt)} | "
                      f"{'yes' if r['met_in_mean'] else 'no'} | "
                      f"{'yes' if r['shown'] else ('—' if r['mean']['seeds'] < 2 else 'no')} |")

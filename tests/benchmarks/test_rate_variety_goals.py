@@ -68,6 +68,9 @@ def test_goals_per_seed_and_in_the_mean_with_the_interval(tmp_path):
     time = rows["wall-clock CSP / SP at most 1.05×"]
     assert [time["per_seed"][s][2] for s in (0, 1)] == [False, True]  # 1.07 and 1.04
     assert time["mean"]["mean"] == pytest.approx(0.005) and not time["met_in_mean"] and not time["shown"]
+    table["SP"][1]["test_speed1.1"] = table["SP"][1]["perturbed_mean"] = float("nan")  # not scored in seed 1
+    unscored = {r["goal"]: r for r in goals.goals(table, ["C"])}["6 perturbed: CSP better than SP"]
+    assert unscored["per_seed"][1][2] is None and unscored["mean"]["seeds"] == 1
     clean = rows["clean: CSP at most A + 0.3"]
     assert clean["per_seed"][0] == (1.5, pytest.approx(2.3), True)
 
