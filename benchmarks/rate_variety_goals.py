@@ -25,7 +25,10 @@ once) and writes, as Markdown:
      points.
 
    In the mean, a goal is *met* when the mean over seeds satisfies it, and *shown* when the 95 %
-   interval of the paired difference (or of the per-seed ratio) lies wholly on the right side.
+   interval of the paired difference (or of the per-seed ratio) lies wholly on the right side;
+4. a summary, one row per arm (:func:`summary_lines`, the README's results table): training steps,
+   training wall-clock as a ratio to the arm that trained beside it (``--beside``; the one time
+   figure that compares), and test WER % as the mean over seeds with the per-seed range.
 
 With ``--png`` it also draws the test WER per test set and arm (:func:`plot`).
 
@@ -73,6 +76,7 @@ def figures(entry: dict) -> Dict[str, float]:
     out["wall_sec"] = float(row["wall_sec"])
     out["train_sec"] = float(row.get("train_sec", NAN))
     out["encoder_frames"] = float(row.get("encoder_input_frames", NAN))
+    out["steps"] = float(row.get("steps", NAN))
     return out
 
 
@@ -191,7 +195,7 @@ def goal_lines(rows: List[dict]) -> List[str]:
     return lines
 
 
-def markdown(table: dict, rows: List[dict], references: List[str]) -> str:
+def markdown(table: dict, rows: List[dict], references: List[str], beside: Optional[Dict[str, str]] = None) -> str:
     return "\n".join(
         ["Per arm and seed: test WER %, training wall-clock and encoder input frames up to the evaluated checkpoint.", ""]
         + per_seed_lines(table)
@@ -199,7 +203,44 @@ def markdown(table: dict, rows: List[dict], references: List[str]) -> str:
         + mean_lines(table, references)
         + ["", "Goals: value / bound and met per seed; in the mean, the paired difference value − bound with its "
            "95 % interval (met: the mean on the right side; shown: the whole interval).", ""]
-        + goal_lines(rows)) + "\n"
+        + goal_lines(rows)
+        + ["", "Summary: test WER % as the mean over seeds (per-seed range); wall-clock as the ratio to the arm "
+           "trained beside it.", ""]
+        + summary_lines(table, beside or {})) + "\n"
+
+
+def _mean_range(values: List[float], fmt: str = ".2f") -> str:
+    """``mean (low–high)`` over the values that are not NaN; ``—`` when none is."""
+    known = [v for v in values if not math.isnan(v)]
+    if not known:
+        return "—"
+    mean = f"{sum(known) / len(known):{fmt}}"
+    return mean if len(known) == 1 else f"{mean} ({min(known):{fmt}}–{max(known):{fmt}})"
+
+
+def summary_lines(table: dict, beside: Dict[str, str]) -> List[str]:
+    """One row per arm: seeds, training steps (mean over seeds), training wall-clock as the per-seed ratio
+    to the arm it trained beside (``beside[arm]``; ``1`` for that arm, ``—`` where it had none) and test
+    WER % as ``mean (per-seed range)``: clean, the mean of the four tempi, speed 0.9 and 1.1, the mean
+    of the six perturbed sets.  A ratio needs both arms in the same seed; other seeds are left out."""
+    references = set(beside.values())
+    lines = ["| arm | seeds | training steps | training wall-clock (× the arm beside it) | clean | mean of the 4 tempi "
+             "| speed 0.9 | speed 1.1 | mean of the 6 perturbed |", "|---|---|---|---|---|---|---|---|---|"]
+    for arm, seeds in table.items():
+        ref = beside.get(arm)
+        if ref is not None and ref in table:
+            common = [s for s in seeds if s in table[ref]]
+            time = _mean_range([seeds[s]["wall_sec"] / table[ref][s]["wall_sec"] for s in common], ".3f")
+            time = f"{time} × {ref}"
+        else:
+            time = "1 (reference)" if arm in references else "—"
+        steps = [f["steps"] for f in seeds.values() if not math.isnan(f["steps"])]
+        cells = [_mean_range([f[c] for f in seeds.values()])
+                 for c in ("test", "tempo_mean", "test_speed0.9", "test_speed1.1", "perturbed_mean")]
+        lines.append(f"| {arm} | {len(seeds)} | {sum(steps) / len(steps):,.0f} | {time} | " if steps else
+                     f"| {arm} | {len(seeds)} | — | {time} | ")
+        lines[-1] += " | ".join(cells) + " |"
+    return lines
 
 
 def plot(table: dict, png: Path) -> None:
@@ -244,6 +285,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=0.10, help="relative slack against SP after 5 passes")
     p.add_argument("--max_time_ratio", type=float, default=1.05)
     p.add_argument("--clean_margin", type=float, default=0.3, help="WER points above A's clean test WER")
+    p.add_argument("--beside", nargs="*", default=["C=A", "CSP=SP", "Jw=J", "SP@C=C", "CSP@C=C"],
+                   metavar="ARM=REF", help="the arm each arm trained beside, for the summary's time ratio (SP@C "
+                   "and CSP@C: C, whose wall-clock picked their checkpoint; they ran in another pair)")
     p.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     p.add_argument("--png", type=Path, default=None, help="also draw the test WER per set and arm here (plot)")
     return p
@@ -256,8 +300,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         raise SystemExit(str(e))
     table = table_of(results)
+    beside = {}
+    for pair in args.beside:
+        arm, sep, ref = pair.partition("=")
+        if not sep or not arm or not ref:
+            raise SystemExit(f"--beside {pair!r}: write ARM=REF, e.g. C=A")
+        beside[arm] = ref
     text = markdown(table, goals(table, args.variety_arms, args.tolerance, args.max_time_ratio, args.clean_margin),
-                    args.references)
+                    args.references, beside)
     if args.out is not None:
         args.out.write_text(text)
     if args.png is not None:

@@ -88,3 +88,19 @@ def test_report_names_a_missing_arm_and_the_cli_writes_markdown(tmp_path):
     assert "| tempi: C better than SP@C (equal wall-clock) | 2.00 / 5.00 yes | 2.05 / 5.00 yes | -2.9" in text
     assert "| wall-clock CSP / SP at most 1.05× | 1.070 / 1.050 no | 1.040 / 1.050 yes | +0.005 [" in text
     assert text.count("| no | no |") == 2  # only the time goal (and its reference row without validation) is missed
+
+
+def test_summary_rows_give_the_mean_the_range_and_the_ratio_to_the_arm_beside(tmp_path):
+    goals = load_script(SCRIPT)
+    table = goals.table_of(goals.merge_results(study(tmp_path), "A", "last_two_mean"))
+    lines = goals.summary_lines(table, {"C": "A", "CSP": "SP", "SP@C": "C"})
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[2:]}
+    assert rows["A"] == "| A | 2 | 30 | 1 (reference) | 2.10 (2.00–2.20) | 3.00 (3.00–3.00) | 50.00 (50.00–50.00) " \
+                        "| 10.00 (10.00–10.00) | 12.00 (12.00–12.00) |"
+    assert " | 1.055 (1.040–1.070) × SP | " in rows["CSP"]  # per-seed wall-clock ratios 1.07 and 1.04
+    assert " | 30 | 1.000 (1.000–1.000) × C | " in rows["SP@C"]  # read at its checkpoint (epoch 3 of 9)
+    assert rows["SP"].split(" | ")[2:4] == ["90", "1 (reference)"]
+    del table["A"][1]
+    assert " | 1.000 × A | " in goals.summary_lines(table, {"C": "A"})[3]  # only the seed both arms share
+    with pytest.raises(SystemExit, match="--beside 'C:A': write ARM=REF"):
+        goals.main([*map(str, study(tmp_path)), "--beside", "C:A"])
