@@ -27,8 +27,9 @@ once) and writes, as Markdown:
    In the mean, a goal is *met* when the mean over seeds satisfies it, and *shown* when the 95 %
    interval of the paired difference (or of the per-seed ratio) lies wholly on the right side;
 4. a summary, one row per arm (:func:`summary_lines`, the README's results table): training steps,
-   training wall-clock as a ratio to the arm that trained beside it (``--beside``; the one time
-   figure that compares), and test WER % as the mean over seeds with the per-seed range.
+   training wall-clock and time to the dev target as ratios to the arm that trained beside it
+   (``--beside``; the time figures that compare), and test WER % as the mean over seeds with the
+   per-seed range.
 
 With ``--png`` it also draws the test WER per test set and arm (:func:`plot`).
 
@@ -51,7 +52,7 @@ from typing import Dict, List, Optional
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # time_to_accuracy.py, also when this file is imported by path
     sys.path.insert(0, str(HERE))
-from time_to_accuracy import merge_results, paired_difference  # noqa: E402
+from time_to_accuracy import first_reaching, merge_results, paired_difference, target_value  # noqa: E402
 
 TEMPO_SETS = ["test_tempo0.8", "test_tempo0.9", "test_tempo1.1", "test_tempo1.25"]
 SPEED_SETS = ["test_speed0.9", "test_speed1.1"]
@@ -59,14 +60,17 @@ COLUMNS = ["test"] + TEMPO_SETS + ["tempo_mean"] + SPEED_SETS + ["perturbed_mean
 HEADINGS = {"test": "clean", "tempo_mean": "mean of the 4 tempi", "perturbed_mean": "mean of the 6 perturbed",
             **{s: s[len("test_"):].replace("tempo", "tempo ").replace("speed", "speed ") for s in TEMPO_SETS + SPEED_SETS}}
 NAN = float("nan")
+VALID_METRIC = "ter_ctc_token"  # valid CTC token error, the study's dev figure
 
 
 def figures(entry: dict) -> Dict[str, float]:
     """One run's figures: test WER % per set (NaN where not scored), the two means (NaN unless every
     set of the mean is scored), ``wall_sec`` (training wall-clock at the evaluated checkpoint,
     validation included), ``train_sec`` (the same without validation; NaN where not logged) and
-    ``encoder_frames`` (encoder input frames up to that checkpoint); ``time_to_accuracy`` records
-    them per epoch as totals since the start, so they are read from the checkpoint's epoch row."""
+    ``encoder_frames`` (encoder input frames up to that checkpoint) and ``steps``;
+    ``time_to_accuracy`` records them per epoch as totals since the start, so they are read from the
+    checkpoint's epoch row.  ``valid_curve``: ``[(wall_sec, valid ter_ctc_token)]`` per epoch, empty
+    for a run read at a checkpoint."""
     sets = entry.get("test_sets", {})
     out = {name: float(sets[name]["wer"]) if name in sets else NAN for name in ["test"] + TEMPO_SETS + SPEED_SETS}
     out["tempo_mean"] = sum(out[s] for s in TEMPO_SETS) / len(TEMPO_SETS)
@@ -77,7 +81,24 @@ def figures(entry: dict) -> Dict[str, float]:
     out["train_sec"] = float(row.get("train_sec", NAN))
     out["encoder_frames"] = float(row.get("encoder_input_frames", NAN))
     out["steps"] = float(row.get("steps", NAN))
+    # the whole dev curve (not only up to the checkpoint), for the time to another arm's target;
+    # none for a run read at a checkpoint (SP@C, CSP@C), which did not train towards one
+    out["valid_curve"] = [] if entry.get("checkpoint_epoch") else [
+        (float(r["wall_sec"]), float(r.get(VALID_METRIC, NAN))) for r in entry["epochs"]]
     return out
+
+
+def time_to_target_ratio(curve: list, reference: list) -> float:
+    """Wall-clock for ``curve`` to first reach the reference's valid target (the mean of its last two
+    epochs' valid CTC token error, as ``time_to_accuracy --target_rule last_two_mean`` sets it) over
+    the reference's own first time at it; both ``[(wall_sec, valid ter_ctc_token), ...]`` per epoch
+    of two arms trained side by side.  NaN where either curve is empty or ``curve`` never reaches it."""
+    if not curve or not reference:
+        return NAN
+    ref_values = [v for _, v in reference]
+    target = target_value(ref_values, "min", "last_two_mean")
+    i = first_reaching([v for _, v in curve], target, "min")
+    return NAN if i is None else curve[i][0] / reference[first_reaching(ref_values, target, "min")][0]
 
 
 def table_of(results: dict) -> Dict[str, Dict[int, Dict[str, float]]]:
@@ -204,7 +225,7 @@ def markdown(table: dict, rows: List[dict], references: List[str], beside: Optio
         + ["", "Goals: value / bound and met per seed; in the mean, the paired difference value − bound with its "
            "95 % interval (met: the mean on the right side; shown: the whole interval).", ""]
         + goal_lines(rows)
-        + ["", "Summary: test WER % as the mean over seeds (per-seed range); wall-clock as the ratio to the arm "
+        + ["", "Summary: test WER % as the mean over seeds (per-seed range); time as the ratio to the arm "
            "trained beside it.", ""]
         + summary_lines(table, beside or {})) + "\n"
 
@@ -219,27 +240,37 @@ def _mean_range(values: List[float], fmt: str = ".2f") -> str:
 
 
 def summary_lines(table: dict, beside: Dict[str, str]) -> List[str]:
-    """One row per arm: seeds, training steps (mean over seeds), training wall-clock as the per-seed ratio
-    to the arm it trained beside (``beside[arm]``; ``1`` for that arm, ``—`` where it had none) and test
-    WER % as ``mean (per-seed range)``: clean, the mean of the four tempi, speed 0.9 and 1.1, the mean
-    of the six perturbed sets.  A ratio needs both arms in the same seed; other seeds are left out."""
+    """One row per arm: seeds; training steps (mean over seeds); training wall-clock and the time to the
+    dev target of the arm it trained beside (``beside[arm]``), each as the per-seed ratio to that arm
+    (:func:`time_to_target_ratio`, with the seeds that reached the target; ``—`` for a run read at a
+    checkpoint); and test WER % as ``mean (per-seed range)``: clean, the mean of the four tempi, speed
+    0.9 and 1.1, the mean of the six perturbed sets.  An arm that others trained beside is the
+    reference (``1``); an arm with neither gets ``—``.  A ratio needs both arms in the same seed;
+    other seeds are left out."""
     references = set(beside.values())
-    lines = ["| arm | seeds | training steps | training wall-clock (× the arm beside it) | clean | mean of the 4 tempi "
-             "| speed 0.9 | speed 1.1 | mean of the 6 perturbed |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | seeds | training steps | training wall-clock (× the arm beside it) "
+             "| time to that arm's dev target (× its time) | clean | mean of the 4 tempi "
+             "| speed 0.9 | speed 1.1 | mean of the 6 perturbed |", "|---|" + "---|" * 9]
     for arm, seeds in table.items():
         ref = beside.get(arm)
         if ref is not None and ref in table:
             common = [s for s in seeds if s in table[ref]]
-            time = _mean_range([seeds[s]["wall_sec"] / table[ref][s]["wall_sec"] for s in common], ".3f")
-            time = f"{time} × {ref}"
+            time = f"{_mean_range([seeds[s]['wall_sec'] / table[ref][s]['wall_sec'] for s in common], '.3f')} × {ref}"
+            ratios = [time_to_target_ratio(seeds[s]["valid_curve"], table[ref][s]["valid_curve"]) for s in common]
+            reached = [r for r in ratios if not math.isnan(r)]
+            if not any(seeds[s]["valid_curve"] for s in common):
+                to_target = "—"
+            else:
+                to_target = f"{_mean_range(reached)} ({len(reached)}/{len(ratios)} reached)" if reached else "not reached"
+        elif arm in references:
+            time = to_target = "1 (reference)"
         else:
-            time = "1 (reference)" if arm in references else "—"
+            time = to_target = "—"
         steps = [f["steps"] for f in seeds.values() if not math.isnan(f["steps"])]
         cells = [_mean_range([f[c] for f in seeds.values()])
                  for c in ("test", "tempo_mean", "test_speed0.9", "test_speed1.1", "perturbed_mean")]
-        lines.append(f"| {arm} | {len(seeds)} | {sum(steps) / len(steps):,.0f} | {time} | " if steps else
-                     f"| {arm} | {len(seeds)} | — | {time} | ")
-        lines[-1] += " | ".join(cells) + " |"
+        lines.append(f"| {arm} | {len(seeds)} | {f'{sum(steps) / len(steps):,.0f}' if steps else '—'} | {time} | "
+                     f"{to_target} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -90,17 +90,27 @@ def test_report_names_a_missing_arm_and_the_cli_writes_markdown(tmp_path):
     assert text.count("| no | no |") == 2  # only the time goal (and its reference row without validation) is missed
 
 
-def test_summary_rows_give_the_mean_the_range_and_the_ratio_to_the_arm_beside(tmp_path):
+def test_summary_rows_give_the_mean_the_range_and_the_ratios_to_the_arm_beside(tmp_path):
     goals = load_script(SCRIPT)
     table = goals.table_of(goals.merge_results(study(tmp_path), "A", "last_two_mean"))
     lines = goals.summary_lines(table, {"C": "A", "CSP": "SP", "SP@C": "C"})
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[2:]}
-    assert rows["A"] == "| A | 2 | 30 | 1 (reference) | 2.10 (2.00–2.20) | 3.00 (3.00–3.00) | 50.00 (50.00–50.00) " \
-                        "| 10.00 (10.00–10.00) | 12.00 (12.00–12.00) |"
-    assert " | 1.055 (1.040–1.070) × SP | " in rows["CSP"]  # per-seed wall-clock ratios 1.07 and 1.04
-    assert " | 30 | 1.000 (1.000–1.000) × C | " in rows["SP@C"]  # read at its checkpoint (epoch 3 of 9)
-    assert rows["SP"].split(" | ")[2:4] == ["90", "1 (reference)"]
+    assert rows["A"] == "| A | 2 | 30 | 1 (reference) | 1 (reference) | 2.10 (2.00–2.20) | 3.00 (3.00–3.00) " \
+                        "| 50.00 (50.00–50.00) | 10.00 (10.00–10.00) | 12.00 (12.00–12.00) |"
+    # wall-clock ratios 1.07 and 1.04; equal dev curves reach SP's target at the same epoch, so the same ratios
+    assert " | 1.055 (1.040–1.070) × SP | 1.06 (1.04–1.07) (2/2 reached) | " in rows["CSP"]
+    assert " | 30 | 1.000 (1.000–1.000) × C | — | " in rows["SP@C"]  # read at its checkpoint: no time to target
+    assert rows["SP"].split(" | ")[2:5] == ["90", "1 (reference)", "1 (reference)"]
     del table["A"][1]
-    assert " | 1.000 × A | " in goals.summary_lines(table, {"C": "A"})[3]  # only the seed both arms share
+    assert " | 1.000 × A | 1.00 (1/1 reached) | " in goals.summary_lines(table, {"C": "A"})[3]  # the shared seed only
     with pytest.raises(SystemExit, match="--beside 'C:A': write ARM=REF"):
         goals.main([*map(str, study(tmp_path)), "--beside", "C:A"])
+
+
+def test_time_to_target_is_the_first_epoch_at_the_references_last_two_mean():
+    goals = load_script(SCRIPT)
+    reference = [(100.0, 0.5), (200.0, 0.3), (300.0, 0.2), (400.0, 0.22)]  # target 0.21, first reached at 300 s
+    assert goals.time_to_target_ratio([(110.0, 0.4), (220.0, 0.21), (330.0, 0.1)], reference) == pytest.approx(220 / 300)
+    assert goals.time_to_target_ratio([(110.0, 0.4), (220.0, 0.25)], reference) != \
+        goals.time_to_target_ratio([(110.0, 0.4), (220.0, 0.25)], reference)  # never reached: NaN
+    assert goals.time_to_target_ratio([], reference) != goals.time_to_target_ratio([], reference)
