@@ -52,7 +52,7 @@ from typing import Dict, List, Optional
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # time_to_accuracy.py, also when this file is imported by path
     sys.path.insert(0, str(HERE))
-from time_to_accuracy import first_reaching, merge_results, paired_difference, target_value  # noqa: E402
+from time_to_accuracy import METRICS, first_reaching, merge_results, paired_difference, target_value  # noqa: E402
 
 TEMPO_SETS = ["test_tempo0.8", "test_tempo0.9", "test_tempo1.1", "test_tempo1.25"]
 SPEED_SETS = ["test_speed0.9", "test_speed1.1"]
@@ -95,10 +95,11 @@ def time_to_target_ratio(curve: list, reference: list) -> float:
     of two arms trained side by side.  NaN where either curve is empty or ``curve`` never reaches it."""
     if not curve or not reference:
         return NAN
+    mode = METRICS[VALID_METRIC]  # lower is better, as time_to_accuracy reads it
     ref_values = [v for _, v in reference]
-    target = target_value(ref_values, "min", "last_two_mean")
-    i = first_reaching([v for _, v in curve], target, "min")
-    return NAN if i is None else curve[i][0] / reference[first_reaching(ref_values, target, "min")][0]
+    target = target_value(ref_values, mode, "last_two_mean")
+    i = first_reaching([v for _, v in curve], target, mode)
+    return NAN if i is None else curve[i][0] / reference[first_reaching(ref_values, target, mode)][0]
 
 
 def table_of(results: dict) -> Dict[str, Dict[int, Dict[str, float]]]:
@@ -336,6 +337,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         arm, sep, ref = pair.partition("=")
         if not sep or not arm or not ref:
             raise SystemExit(f"--beside {pair!r}: write ARM=REF, e.g. C=A")
+        if arm in table and ref not in table:
+            raise SystemExit(f"--beside {pair!r}: no run of arm {ref!r} in the files given (arms: {sorted(table)}); "
+                             f"merge the time_to_accuracy.json of the pair {arm!r} trained in")
         beside[arm] = ref
     text = markdown(table, goals(table, args.variety_arms, args.tolerance, args.max_time_ratio, args.clean_margin),
                     args.references, beside)

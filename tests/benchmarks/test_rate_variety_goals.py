@@ -105,6 +105,8 @@ def test_summary_rows_give_the_mean_the_range_and_the_ratios_to_the_arm_beside(t
     assert " | 1.000 × A | 1.00 (1/1 reached) | " in goals.summary_lines(table, {"C": "A"})[3]  # the shared seed only
     with pytest.raises(SystemExit, match="--beside 'C:A': write ARM=REF"):
         goals.main([*map(str, study(tmp_path)), "--beside", "C:A"])
+    with pytest.raises(SystemExit, match="--beside 'C=Z': no run of arm 'Z'"):
+        goals.main([*map(str, study(tmp_path)), "--beside", "C=Z", "Jw=J"])  # Jw: not in these files, skipped
 
 
 def test_time_to_target_is_the_first_epoch_at_the_references_last_two_mean():
