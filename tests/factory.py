@@ -107,6 +107,24 @@ def tiny_asr_args(**overrides) -> argparse.Namespace:
     return args
 
 
+# Float32 roundings in a row (tests/float_tolerance.py) from speech to build_tiny_model's encoder output,
+# an upper bound summed over its stages: the frontend's DFT (512 products a bin) and mel sum (257 bins);
+# the conv2d embedding (3x3 taps, 16 x 3x3, a 16 x 4 linear); per Conformer block (2): two feed-forwards
+# (16 then 32 terms), attention (four 16-term projections, 8-term content and position scores, a softmax
+# sum and a weighted sum over <= 128 subsampled frames), the convolution module (16, 31 taps, 16) and
+# six LayerNorms (mean and variance over 16).
+TINY_ENCODER_REDUCTION_LENGTH = (512 + 257) + (9 + 16 * 9 + 16 * 4) + 2 * (
+    2 * (16 + 32) + (4 * 16 + 2 * 8 + 2 * 128) + (16 + 31 + 16) + 6 * 2 * 16)
+# ... to a parameter gradient of the training loss: the encoder, the decoder block (self- and source
+# attention as above, a feed-forward, three LayerNorms, the 16-term output layer), the losses (13-way
+# log-softmax, label smoothing over 13 classes x <= 64 tokens, CTC's recursion at <= 4 roundings a frame
+# over <= 128 frames), the same chain back, then a weight gradient's sum over the batch's positions
+# (<= 4 utterances x 100 x 9 after the first stride-2 3x3 convolution of <= 2 s at 20 mels).
+TINY_GRADIENT_REDUCTION_LENGTH = 2 * (TINY_ENCODER_REDUCTION_LENGTH + (2 * (4 * 16 + 2 * 8 + 2 * 128) + (16 + 32)
+                                                                       + 3 * 2 * 16 + 16 + 13 + 13 * 64 + 4 * 128)
+                                      ) + 4 * 100 * 9
+
+
 def build_tiny_model(seed: int = 0, **overrides):
     from espnet2.tasks.asr import ASRTask
 

@@ -10,6 +10,8 @@ import torch
 
 from factory import build_tiny_model, pad_batch, random_text, real_utterances
 
+pytestmark = pytest.mark.numeric  # float results: .ci/run runs them again at another thread count
+
 LARGE_BATCH = 2048
 LARGE_TOKENS = 13  # per utterance: N = 26,624
 
@@ -56,7 +58,7 @@ def test_full_forward_under_bf16_autocast_close_to_float32(model):
     assert loss.dtype == torch.float32 and torch.isfinite(loss).all()
     # The encoder and decoder run in bf16 (8-bit mantissa): 2 % on the per-token loss.
     torch.testing.assert_close(loss, loss_ref, rtol=2e-2, atol=0)
-    torch.testing.assert_close(weight, weight_ref)  # N, exact
+    assert torch.equal(weight, weight_ref)  # N, a count
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)

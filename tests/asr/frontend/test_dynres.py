@@ -6,8 +6,29 @@ from espnet2.asr.frontend.default import DefaultFrontend
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.core import features
 from factory import RECIPE_FRONTEND, pad_batch, real_utterances
+from float_tolerance import assert_close_float32, assert_logmel_close, conv_reduction_length, float32_allowance
+
+pytestmark = pytest.mark.numeric  # float results: .ci/run runs them again at another thread count
 
 METHODS = ["hop", "resample"]
+
+# Comparisons: where our code runs ESPnet's own Stft and LogMel on the same batch (every eval-mode
+# path without eval_frame_rate_hz) the features are bit-identical (torch.equal); where it runs other
+# operations or other shapes (its own framing, a batch against one utterance, a resampled batch
+# against one row) they are equal up to float32 rounding, which float_tolerance.assert_logmel_close
+# bounds per frame (rounding errors are relative to a frame's energy, not to a band's).
+
+
+def logmel_bound(fe, lengths, feats_lengths):
+    """``assert_logmel_close``'s filterbanks and upstream roundings for ``fe``'s training features of
+    utterances of ``lengths`` samples at ``feats_lengths`` frames."""
+    if fe.method == "hop":
+        return dict(melmat=fe.logmel.melmat)
+    cpu = torch.device("cpu")
+    rates = sorted(set(features.resample_rates_hz(fe.policy, lengths, feats_lengths, fe.resample_grid_hz).tolist()))
+    upstream = max([conv_reduction_length(fe.resampler(r, cpu).kernel) for r in rates if r != fe.fs], default=0)
+    melmat = fe.logmel.melmat if fe.resample_filterbank == "original" else [fe._logmel_at(r, cpu).melmat for r in rates]
+    return dict(melmat=melmat, upstream_length=upstream)
 
 
 def default_frontend(**kw):
@@ -36,7 +57,7 @@ def test_eval_mode_equals_default_frontend(real_batch, method):
     ref, ref_lengths = default_frontend().eval()(speech, lengths)
     out, out_lengths = DynResFrontend(method=method, **RECIPE_FRONTEND).eval()(speech, lengths)
     assert torch.equal(out_lengths, ref_lengths)
-    assert (out - ref).abs().max().item() <= 1e-4
+    assert torch.equal(out, ref)  # ESPnet's Stft + LogMel on the same batch
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -46,7 +67,7 @@ def test_no_grad_in_train_mode_is_the_standard_rate(real_batch, method):
     ref, _ = default_frontend().eval()(speech, lengths)
     with torch.no_grad():
         out, _ = DynResFrontend(method=method, **RECIPE_FRONTEND).train()(speech, lengths)
-    assert (out - ref).abs().max().item() <= 1e-4
+    assert torch.equal(out, ref)  # the eval path: ESPnet's Stft + LogMel on the same batch
 
 
 def test_hop_at_standard_frame_count_equals_default_frontend_per_utterance(real_batch):
@@ -57,24 +78,49 @@ def test_hop_at_standard_frame_count_equals_default_frontend_per_utterance(real_
         ref, ref_len = ref_fe(w[None], n)
         out, rates = fe.dynamic_logmel(w[None], n, ref_len)
         assert out.shape == ref.shape and rates.tolist() == [100.0]
-        assert (out - ref).abs().max().item() <= 1e-4
+        assert_logmel_close(out[0], ref[0], melmat=fe.logmel.melmat)  # our framing vs torch.stft
+
+
+def gradient_terms(fe, w, weights):
+    """Per sample, the magnitude of the terms float32 sums into d(sum weights * mel power)/d(speech),
+    fe's framing at its standard hop reflected at the ends of ``w`` (longer than n_fft / 2).
+
+    Frame t adds, through the window and the adjoint DFT, terms of at most window * A_t with
+    A_t = 4 ||x_w,t||_1 sum_j weights_tj r_j: |X_tk| <= ||x_w,t||_1, d/dpower_k = sum_j W_kj weights_tj,
+    r_j the filterbank's row sums. The forward DFT's own error, |dX_tk| <= gamma(n_fft) ||x_w,t||_1,
+    enters through the same A_t."""
+    n_fft, half, length = fe.n_fft, fe.n_fft // 2, len(w)
+    window = features.padded_window(fe.window, fe.win_length, n_fft, torch.device("cpu")).double()
+    pos = torch.arange(weights.size(0))[:, None] * fe.hop_length - half + torch.arange(n_fft)  # (T, n_fft)
+    src = torch.where(pos < 0, -pos, torch.where(pos >= length, 2 * (length - 1) - pos, pos))  # reflect
+    l1 = (window * w.double()[src]).abs().sum(-1)  # (T,) ||x_w,t||_1
+    frame_terms = 4 * l1 * (weights.double() @ fe.logmel.melmat.double().sum(0))  # (T,) A_t
+    terms = (window * frame_terms[:, None]).flatten()
+    return torch.zeros(length, dtype=torch.float64).index_add_(0, src.flatten(), terms)
 
 
 def test_hop_gradient_at_standard_frame_count_equals_default_frontend(real_batch):
     # The fast framing (reflect-pad at each utterance's ends, strided gather) must back-propagate
-    # to the waveform exactly as torch.stft does.
+    # to the waveform as torch.stft does, up to float32 rounding. The loss weights mel power (the
+    # features' exp): through the log a band's gradient scales with 1 / its power, and float32 fixes a
+    # near-silent band's power only to within rounding of its frame's energy, so log-domain gradients of
+    # such bands are not determined by float32 arithmetic; power-domain ones are (gradient_terms).
     wavs, _, _ = real_batch
     fe, ref_fe = DynResFrontend(**RECIPE_FRONTEND), default_frontend()
+    # forward DFT, adjoint DFT (n_fft terms with the one-sided spectrum's doubling), the mel adjoint,
+    # the frames overlapping a sample (twice at a reflected end), exp / log / power / window
+    reduction_length = 2 * fe.n_fft + fe.n_mels + 2 * (fe.n_fft // fe.hop_length + 1) + 8
     for w in wavs[::2]:
         x_ref, x = w[None].clone().requires_grad_(True), w[None].clone().requires_grad_(True)
         n = torch.tensor([len(w)])
         ref, ref_len = ref_fe(x_ref, n)
         out, _ = fe.dynamic_logmel(x, n, ref_len)
         weights = torch.rand(ref.shape, generator=torch.Generator().manual_seed(len(w)))
-        (ref * weights).sum().backward()
-        (out * weights).sum().backward()
-        scale = x_ref.grad.abs().max()
-        assert scale > 0 and (x.grad - x_ref.grad).abs().max() <= 1e-4 * scale
+        (ref.exp() * weights).sum().backward()
+        (out.exp() * weights).sum().backward()
+        assert x_ref.grad.abs().max() > 0
+        assert_close_float32(x.grad[0], x_ref.grad[0], reduction_length=reduction_length,
+                             scale=gradient_terms(fe, w, weights[0]))
 
 
 @pytest.mark.parametrize("fs_hz", [None, [11200, 16000, 20800]])
@@ -128,9 +174,10 @@ def test_training_batched_equals_one_by_one(method):
     fe = DynResFrontend(method=method, **RECIPE_FRONTEND).train()
     feats, feats_lengths = fe(speech, lengths)
     compute = fe.dynamic_logmel
+    bound = logmel_bound(fe, lengths, feats_lengths)
     for b, w in enumerate(wavs):
         single, _ = compute(w[None], lengths[b : b + 1], feats_lengths[b : b + 1])
-        assert torch.allclose(single[0], feats[b, : feats_lengths[b]], atol=1e-4)
+        assert_logmel_close(single[0], feats[b, : feats_lengths[b]], **bound)
 
 
 def test_resample_snaps_rates_to_a_grid_and_keeps_exact_frame_counts(feasible_batch):
@@ -144,7 +191,8 @@ def test_resample_snaps_rates_to_a_grid_and_keeps_exact_frame_counts(feasible_ba
     actual = fe.features(speech, lengths).frame_rates_hz
     ideal = torch.tensor([fe.policy.frame_rate_hz(n, int(counts[0])) for n in lengths.tolist()])
     step_hz = fe.resample_grid_hz / fe.hop_length
-    assert ((actual - ideal).abs() <= step_hz / 2 + 1e-3).all()
+    # half a grid step, plus the float32 rounding of the two rates
+    assert ((actual - ideal).abs() <= step_hz / 2 + float32_allowance(ideal, reduction_length=2)).all()
 
 
 def test_resample_groups_utterances_of_one_rate_and_matches_one_by_one(feasible_batch):
@@ -160,9 +208,11 @@ def test_resample_groups_utterances_of_one_rate_and_matches_one_by_one(feasible_
                                                                  fe.resample_grid_hz)) for b in range(len(wavs))]
     assert len(set(new_rates.tolist())) < len(wavs)
     feats, rates = fe.dynamic_logmel(speech, lengths, counts)
+    bound = logmel_bound(fe, lengths, counts)
     for b, w in enumerate(wavs):
         single, single_rate = fe.dynamic_logmel(w[None], lengths[b : b + 1], counts[b : b + 1])
-        assert torch.allclose(single[0], feats[b], atol=1e-4) and torch.equal(single_rate, rates[b : b + 1])
+        assert_logmel_close(single[0], feats[b], **bound)  # one row resampled alone vs with others
+        assert torch.equal(single_rate, rates[b : b + 1])
 
 
 @pytest.mark.parametrize("filterbank", ["original", "resampled"])
@@ -174,10 +224,11 @@ def test_resample_filterbank_variants_batched_equal_one_by_one_on_a_planned_padd
     assert len(set(counts.tolist())) > 1
     out = fe.features(speech, lengths, counts)
     assert out.feats_lengths.tolist() == counts.tolist() and out.feats.shape[1] == int(counts.max())
+    bound = logmel_bound(fe, lengths, counts)
     for b, w in enumerate(wavs):
         single = fe.features(w[None], lengths[b : b + 1], counts[b : b + 1])
-        torch.testing.assert_close(single.feats[0], out.feats[b, : counts[b]], atol=1e-4, rtol=0)
-        torch.testing.assert_close(single.frame_rates_hz, out.frame_rates_hz[b : b + 1])
+        assert_logmel_close(single.feats[0], out.feats[b, : counts[b]], **bound)
+        assert torch.equal(single.frame_rates_hz, out.frame_rates_hz[b : b + 1])  # per-row float64 arithmetic
         assert (out.feats[b, counts[b] :] == 0).all()
 
 
@@ -212,7 +263,7 @@ def test_8k_configuration_gives_100_hz_in_eval_and_one_frame_count_in_training()
     fe = DynResFrontend(**conf)
     ref, ref_lengths = default_frontend(**conf).eval()(speech, lengths)
     out, out_lengths = fe.eval()(speech, lengths)
-    assert torch.equal(out_lengths, ref_lengths) and (out - ref).abs().max() <= 1e-4
+    assert torch.equal(out_lengths, ref_lengths) and torch.equal(out, ref)  # ESPnet's Stft + LogMel
     assert out_lengths.tolist() == [1 + n // 80 for n in lengths.tolist()]  # 100 Hz at 8 kHz
     fe.train()
     feats, feats_lengths = fe(speech, lengths)
@@ -269,7 +320,7 @@ def test_eval_frame_rate_equals_default_frontend_at_that_hop(real_batch, method)
     for b, w in enumerate(wavs):
         ref, ref_len = ref_fe(w[None], torch.tensor([len(w)]))
         assert int(ref_len[0]) == int(out_lengths[b])
-        assert (out[b, : out_lengths[b]] - ref[0]).abs().max().item() <= 1e-4
+        assert_logmel_close(out[b, : out_lengths[b]], ref[0], melmat=front.logmel.melmat)  # batched, our framing
         if out_lengths[b] < out.size(1):
             assert out[b, out_lengths[b]:].abs().max().item() == 0  # padding frames
     with torch.no_grad():
@@ -294,7 +345,7 @@ def test_eval_frame_rate_need_not_be_a_whole_hop():
     assert out_lengths.tolist() == [1 + (n * 82) // 16000]
     one, _ = default_frontend(hop_length=1).eval()(speech, lengths)  # every sample a frame centre (one utterance)
     centres = [round(t * 16000 / 82) for t in range(int(out_lengths[0]))]
-    assert (out[0] - one[0, centres]).abs().max().item() <= 1e-4
+    assert_logmel_close(out[0], one[0, centres], melmat=default_frontend().logmel.melmat)
 
 
 @pytest.mark.parametrize(
@@ -328,7 +379,7 @@ def test_omitted_keys_take_default_frontends_defaults(real_batch, conf):
     out, out_lengths = fe(speech, lengths)
     ref_out, ref_lengths = ref(speech, lengths)
     assert torch.equal(out_lengths, ref_lengths)
-    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-5)
+    assert torch.equal(out, ref_out)  # ESPnet's Stft + LogMel on the same batch
 
 
 def test_multichannel_input_uses_default_frontends_channel_in_eval_and_is_refused_in_training(real_batch):
@@ -338,7 +389,8 @@ def test_multichannel_input_uses_default_frontends_channel_in_eval_and_is_refuse
     out, out_lengths = fe(stereo, lengths)
     ref_out, ref_lengths = ref(stereo, lengths)  # DefaultFrontend: channel 0 in eval
     assert torch.equal(out_lengths, ref_lengths)
-    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-5)
+    # DefaultFrontend transforms both channels as 2B rows, ours channel 0's B rows: other shapes
+    assert_logmel_close(out, ref_out, melmat=fe.logmel.melmat)
     with pytest.raises(ValueError, match=r"\(6, \d+, 2\) in a training step.*Down-mix or pick one channel"):
         DynResFrontend(**RECIPE_FRONTEND).train()(stereo, lengths)
 
@@ -358,7 +410,7 @@ def test_every_default_frontend_key_at_its_default_is_accepted_and_changes_nothi
         conf = {**RECIPE_FRONTEND, key: default} if key not in RECIPE_FRONTEND else dict(RECIPE_FRONTEND)
         ours = DynResFrontend(**conf).eval()
         expected, _ = DefaultFrontend(**{"frontend_conf": None, **conf}).eval()(speech, lengths)
-        torch.testing.assert_close(ours(speech, lengths)[0], expected, msg=key)
+        assert torch.equal(ours(speech, lengths)[0], expected), key  # ESPnet's Stft + LogMel
 
 
 @pytest.mark.parametrize("key, value", [("center", False), ("normalized", True), ("onesided", False),
