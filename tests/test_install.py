@@ -9,6 +9,8 @@ from packaging.requirements import Requirement
 from factory import REPO_ROOT
 
 LOCKED = ("espnet", "espnet_model_zoo", "torch", "torchaudio")
+# A new Hypothesis release draws other derandomized examples: the suite is run with the locked one.
+TEST_TOOLS = ("hypothesis", "pytest")
 
 
 def declared():
@@ -35,3 +37,10 @@ def test_the_installed_versions_are_inside_the_declared_ranges():
     for name in LOCKED:
         installed = version(name).split("+")[0]  # torch 2.9.1+cu128 -> 2.9.1
         assert installed in ranges[name].specifier, (name, installed, str(ranges[name].specifier))
+
+
+def test_the_lock_pins_the_test_tools_that_install_sh_installs():
+    pins = locked()
+    assert set(TEST_TOOLS) <= set(pins), "requirements-lock.txt must pin " + ", ".join(TEST_TOOLS)
+    install = (REPO_ROOT / "install.sh").read_text()
+    assert '-c requirements-lock.txt -e ".[test]"' in install  # the test extra is installed under the lock
