@@ -89,37 +89,47 @@ def finished_epochs(exp_dir: Path) -> int:
     return sum("epoch results:" in line for line in log.read_text(errors="replace").splitlines())
 
 
+def copy_stable_checkpoints(exp_dir: Path, seen: Dict[str, tuple], final: bool) -> None:
+    """One poll of :func:`copy_epoch_checkpoints`: copy each ``<N>epoch.pth`` of ``exp_dir`` that is
+    complete to ``exp_dir/epochs/``.
+
+    A checkpoint counts as complete once its size and modification time are the same as at the
+    previous poll (``seen``: name -> ``(size, mtime_ns)``, updated here), or on the ``final`` poll
+    (training has ended); it is copied again whenever the source differs from the copy
+    (``shutil.copy2`` keeps the modification time, so a finished copy matches).
+    """
+    out = exp_dir / "epochs"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in exp_dir.glob("*epoch.pth"):
+        try:
+            st = f.stat()
+        except FileNotFoundError:  # pruned between glob and stat
+            continue
+        sig = (st.st_size, st.st_mtime_ns)
+        stable = final or seen.get(f.name) == sig
+        seen[f.name] = sig
+        dst = out / f.name
+        if dst.exists():
+            d = dst.stat()
+            if (d.st_size, d.st_mtime_ns) == sig:
+                continue
+        if stable:
+            try:
+                shutil.copy2(f, dst)
+            except FileNotFoundError:  # pruned between stat and copy: nothing to keep
+                pass
+
+
 def copy_epoch_checkpoints(exp_dir: Path, stop: threading.Event, poll_sec: float = 2.0) -> None:
     """Copy each ``<N>epoch.pth`` to ``exp_dir/epochs/`` before ESPnet's ``keep_nbest_models`` prunes it.
 
     ESPnet writes a checkpoint in place (``torch.save``), so a file seen mid-write is not copied:
-    a checkpoint is copied once its size and modification time are the same at two polls in a
-    row (or when training has ended, ``stop`` set), and copied again whenever the source differs
-    from the copy (``shutil.copy2`` keeps the modification time, so a finished copy matches).
+    :func:`copy_stable_checkpoints` every ``poll_sec`` until ``stop`` is set, then a final poll.
     """
-    out = exp_dir / "epochs"
-    seen: Dict[str, tuple] = {}  # name -> (size, mtime_ns) at the previous poll
+    seen: Dict[str, tuple] = {}
     while True:
         final = stop.is_set()
-        out.mkdir(parents=True, exist_ok=True)
-        for f in exp_dir.glob("*epoch.pth"):
-            try:
-                st = f.stat()
-            except FileNotFoundError:  # pruned between glob and stat
-                continue
-            sig = (st.st_size, st.st_mtime_ns)
-            stable = final or seen.get(f.name) == sig
-            seen[f.name] = sig
-            dst = out / f.name
-            if dst.exists():
-                d = dst.stat()
-                if (d.st_size, d.st_mtime_ns) == sig:
-                    continue
-            if stable:
-                try:
-                    shutil.copy2(f, dst)
-                except FileNotFoundError:  # pruned between stat and copy: nothing to keep
-                    pass
+        copy_stable_checkpoints(exp_dir, seen, final)
         if final:
             return
         stop.wait(poll_sec)

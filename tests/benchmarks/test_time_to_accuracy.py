@@ -252,27 +252,43 @@ def test_valid_figures_are_reused_only_for_the_same_checkpoint_data_and_script(t
 
 
 def test_epoch_checkpoints_are_copied_only_once_written(tmp_path):
-    """A checkpoint seen mid-write (ESPnet's torch.save in place) must not stay a truncated copy."""
+    """A checkpoint seen mid-write (ESPnet's torch.save in place) must not stay a truncated copy: polls
+    stepped one by one, so the outcome does not depend on the machine's speed."""
+    tta = load()
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    ckpt, copy = exp / "1epoch.pth", exp / "epochs" / "1epoch.pth"
+    seen = {}
+    ckpt.write_bytes(b"partial")  # the writer is still at work
+    tta.copy_stable_checkpoints(exp, seen, final=False)
+    assert not copy.exists()  # seen once: not known to be complete
+    ckpt.write_bytes(b"partial" + b"x" * 1000)  # the write goes on between two polls
+    tta.copy_stable_checkpoints(exp, seen, final=False)
+    assert not copy.exists()  # changed since the previous poll
+    tta.copy_stable_checkpoints(exp, seen, final=False)
+    assert copy.read_bytes() == ckpt.read_bytes()  # unchanged over two polls: copied
+    ckpt.write_bytes(b"rewritten")  # the same epoch saved again
+    tta.copy_stable_checkpoints(exp, seen, final=False)
+    assert copy.read_bytes() != ckpt.read_bytes()  # a changed source is not copied mid-write ...
+    tta.copy_stable_checkpoints(exp, seen, final=False)
+    assert copy.read_bytes() == b"rewritten"  # ... but once it is stable again
+    (exp / "2epoch.pth").write_bytes(b"second")
+    tta.copy_stable_checkpoints(exp, seen, final=True)
+    assert (exp / "epochs" / "2epoch.pth").read_bytes() == b"second"  # copied on the final pass
+
+
+def test_epoch_checkpoint_copier_makes_a_final_pass_when_stopped(tmp_path):
+    """The copying thread's loop: once ``stop`` is set it copies what is there and returns."""
     import threading
-    import time
 
     tta = load()
     exp = tmp_path / "exp"
     exp.mkdir()
-    ckpt = exp / "1epoch.pth"
-    ckpt.write_bytes(b"partial")  # the writer is still at work
+    (exp / "3epoch.pth").write_bytes(b"third")
     stop = threading.Event()
-    copier = threading.Thread(target=tta.copy_epoch_checkpoints, args=(exp, stop, 0.05))
-    copier.start()
-    time.sleep(0.03)
-    ckpt.write_bytes(b"partial" + b"x" * 1000)  # the write finishes
-    time.sleep(0.4)
-    (exp / "2epoch.pth").write_bytes(b"second")
     stop.set()
-    copier.join(5)
-    assert not copier.is_alive()
-    assert (exp / "epochs" / "1epoch.pth").read_bytes() == ckpt.read_bytes()
-    assert (exp / "epochs" / "2epoch.pth").read_bytes() == b"second"  # copied on the final pass
+    tta.copy_epoch_checkpoints(exp, stop, poll_sec=3600.0)  # returns at once, a poll of an hour unused
+    assert (exp / "epochs" / "3epoch.pth").read_bytes() == b"third"
 
 
 def test_peak_memory_is_that_of_the_largest_process_of_the_tree(tmp_path):
@@ -366,15 +382,13 @@ def test_cpu_rotation_moves_each_training_tree_to_the_next_cpu():
     tta = load()
     cpus = sorted(os.sched_getaffinity(0))
     rotation = tta.CpuRotation(60.0, cpus=cpus)
-    roots = [sp.Popen(["bash", "-c", "sleep 30 & wait"], start_new_session=True) for _ in range(2)]
+    # the shell prints once it has started its child, so the tree is complete when the line is read
+    roots = [sp.Popen(["bash", "-c", "sleep 300 & echo started; wait"], stdout=sp.PIPE, text=True,
+                      start_new_session=True) for _ in range(2)]
     try:
         for root in roots:
             rotation.register(root.pid)
-        import time
-
-        deadline = time.time() + 5
-        while any(len(tta.process_tree(r.pid)) < 2 for r in roots) and time.time() < deadline:
-            time.sleep(0.05)
+            assert root.stdout.readline() == "started\n"
         trees = [tta.process_tree(r.pid) for r in roots]
         assert all(len(t) == 2 for t in trees)  # the shell and its sleep
         for rotation_step in range(3):
@@ -391,6 +405,7 @@ def test_cpu_rotation_moves_each_training_tree_to_the_next_cpu():
         for root in roots:
             os.killpg(root.pid, 9)  # the shell and its sleep
             root.wait()
+            root.stdout.close()
 
 
 def test_eval_rate_variant_is_the_trained_arm_validated_and_scored_at_its_rate(tmp_path):
