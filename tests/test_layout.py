@@ -8,6 +8,9 @@ from typing import Dict, Iterator, List, Set, Tuple
 
 PACKAGE = Path(__file__).resolve().parents[1] / "espnet_dynres"
 CORE_MAY_IMPORT = {"__future__", "dataclasses", "enum", "math", "typing", "humanfriendly", "numpy", "torch"}
+# The one import inside a function: the import hook exists to defer registration (and ESPnet's ASR
+# task, which registration imports) until that task is imported.
+DEFERRED_IMPORTS = {("espnet_dynres.glue.import_hook", "espnet_dynres.glue.registration")}
 
 
 def modules() -> Dict[str, Path]:
@@ -64,7 +67,7 @@ def test_module_imports_form_no_loop_and_none_hides_in_a_function():
             target = name
             while target not in known:
                 target = target.rsplit(".", 1)[0]
-            if not at_top:
+            if not at_top and (module, target) not in DEFERRED_IMPORTS:
                 raise AssertionError(f"{module} imports {name} inside a function")
                 continue
             if target != module:
