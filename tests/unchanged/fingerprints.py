@@ -1,8 +1,8 @@
 """Fingerprints of what a user sees, for comparing two versions of the package.
 
-``python tests/unchanged/fingerprints.py {plans,features,steps,audits} --repo REPO`` prints one JSON object
-for the ``espnet_dynres`` package found first on ``PYTHONPATH`` (a checkout of any commit), using
-the configs under ``REPO/conf``:
+``python tests/unchanged/fingerprints.py {plans,features,steps,audits} [...] --repo REPO`` prints one JSON
+object, keyed by kind, for the ``espnet_dynres`` package found first on ``PYTHONPATH`` (a checkout of any
+commit), using the configs under ``REPO/conf``:
 
 * ``plans``: for every ``batch_type: dynres`` config and two corpora (connected-digit-like
   durations, and 5 s clips beside minutes-long calls), the sampler's batches, frames per
@@ -283,10 +283,11 @@ def audits(repo: Path) -> Dict[str, str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["plans", "features", "steps", "audits"])
+    kinds = {"plans": plans, "features": features, "steps": steps, "audits": audits}
+    parser.add_argument("what", nargs="+", choices=sorted(kinds), help="one JSON object per kind, keyed by it")
     parser.add_argument("--repo", type=Path, required=True, help="the checkout whose conf/ is used")
     args = parser.parse_args(argv)
-    result = {"plans": plans, "features": features, "steps": steps, "audits": audits}[args.what](args.repo)
+    result = {what: kinds[what](args.repo) for what in args.what}
     json.dump(result, sys.stdout, indent=1, sort_keys=True)
     print()
     return 0

@@ -44,18 +44,32 @@ def reference_package(tmp_path_factory):
     return out
 
 
-def fingerprint(what: str, package_root: Path) -> dict:
+KINDS = ["plans", "features", "steps", "audits"]
+
+
+def fingerprints(package_root: Path) -> dict:
+    """Every kind's fingerprints computed by the package at ``package_root``, in one process."""
     env = dict(os.environ, PYTHONPATH=str(package_root), OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, str(FINGERPRINTS), what, "--repo", str(ROOT)], env=env,
+    run = subprocess.run([sys.executable, str(FINGERPRINTS), *KINDS, "--repo", str(ROOT)], env=env,
                          capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout)
 
 
+@pytest.fixture(scope="module")
+def before(reference_package):
+    return fingerprints(reference_package)
+
+
+@pytest.fixture(scope="module")
+def after():
+    return fingerprints(ROOT)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("what", ["plans", "features", "steps", "audits"])
-def test_what_a_user_sees_is_unchanged_since_the_reference(reference_package, what):
-    before, after = fingerprint(what, reference_package), fingerprint(what, ROOT)
+@pytest.mark.parametrize("what", KINDS)
+def test_what_a_user_sees_is_unchanged_since_the_reference(before, after, what):
+    before, after = before[what], after[what]
     assert sorted(before) == sorted(after)
     changed = sorted(k for k in before if before[k] != after[k])
     expected = sorted(k for k in before if intended(what, k, before[k]))
