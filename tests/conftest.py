@@ -15,6 +15,18 @@ settings.load_profile("espnet_dynres")
 import espnet_dynres  # noqa: E402,F401  (register the plugin once for all tests)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--deterministic-algorithms", action="store_true",
+                     help="run under torch.use_deterministic_algorithms(True) (tests/numeric_matrix.sh)")
+
+
+def pytest_configure(config):
+    if config.getoption("--deterministic-algorithms"):
+        import torch
+
+        torch.use_deterministic_algorithms(True)
+
+
 def pytest_collection_modifyitems(config, items):
     # Keep the slow end-to-end recipe run last.
     items.sort(key=lambda item: "recipe_smoke" in item.nodeid)

@@ -64,12 +64,11 @@ def test_the_package_docstring_and_the_docs_name_exactly_the_registered_names():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("espnet_first", [False, True])
-def test_import_registers_when_espnets_task_is_imported_and_does_not_import_it(espnet_first):
-    """``import espnet_dynres`` (and the data helpers the recipe's scripts use) leaves ESPnet's ASR task
-    unimported; the names are there the moment it is imported, in either order, and ESPnet's import
+def test_import_registers_when_espnets_task_is_imported_and_does_not_import_it():
+    """In a fresh process, ``import espnet_dynres`` (and the data helpers the recipe's scripts use) leaves
+    ESPnet's ASR task unimported; the names are there the moment it is imported, and ESPnet's import
     notices stay off standard output."""
-    lines = [
+    code = "\n".join([
         "import sys",
         "import espnet_dynres, espnet_dynres.glue.data_checks",
         "assert 'espnet2.tasks.asr' not in sys.modules",
@@ -77,13 +76,21 @@ def test_import_registers_when_espnets_task_is_imported_and_does_not_import_it(e
         "from espnet2.samplers.build_batch_sampler import BATCH_TYPES",
         "print(['dynres' in frontend_choices.classes, 'token_normalized' in model_choices.classes,"
         " 'dynres' in BATCH_TYPES])",
-    ]
-    if espnet_first:  # ESPnet imported before the plugin: registered at once
-        lines = ["import sys", "from espnet2.tasks.asr import ASRTask, frontend_choices, model_choices",
-                 "import espnet_dynres"] + lines[3:]
-    out = subprocess.run([sys.executable, "-c", "\n".join(lines)], capture_output=True, text=True, timeout=300)
+    ])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    if espnet_first:  # ESPnet's own notice, printed before the plugin was imported, is ESPnet's to print
-        assert out.stdout.strip().splitlines()[-1] == "[True, True, True]"
-    else:
-        assert out.stdout == "[True, True, True]\n"
+    assert out.stdout == "[True, True, True]\n"
+
+
+def test_with_espnets_task_imported_already_the_plugin_registers_at_once(monkeypatch):
+    """The other order (this process imported ESPnet's ASR task above): registration runs at once, and no
+    import hook is left waiting."""
+    import espnet2.tasks.asr  # noqa: F401
+
+    from espnet_dynres.glue import import_hook
+
+    calls = []
+    monkeypatch.setattr(registration, "register", lambda: calls.append("registered"))
+    import_hook.register_with_espnet()
+    assert calls == ["registered"]
+    assert not any(isinstance(f, import_hook._AsrTaskFinder) for f in sys.meta_path)
