@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 settings.register_profile("espnet_dynres", derandomize=True, deadline=None, print_blob=True)
 settings.load_profile("espnet_dynres")
 
-import espnet_dynres  # noqa: E402,F401  (register the plugin once for all tests)
+import espnet_dynres  # noqa: E402,F401  (the plugin registers when a test imports ESPnet's ASR task)
 
 
 def pytest_addoption(parser):
