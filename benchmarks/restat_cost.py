@@ -4,7 +4,7 @@ Each measurement runs in a fresh process (peak resident memory, ``ru_maxrss``, i
 maximum), on one thread, with the model of ``--config`` (untrained: the cost does not depend on
 the weights):
 
-* ``restat``: the re-estimate as ``model.eval()`` runs it after an epoch, over
+* ``restat``: the re-estimate as the trainer runs it before validation, over
   the sample a training epoch keeps of ``--train_dir`` (``batchnorm_restat_batches`` validation budgets),
   in batches inside the run's evaluation budget (``valid_batch_bins``, else ``batch_bins``);
 * ``restat_per_layer``: the same statistics computed with one pass of the sample per BatchNorm
@@ -107,7 +107,9 @@ def build_model(config: Path, tokens: List[str]):
 
 
 def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[str, float]:
-    from espnet_dynres.asr.batchnorm_restat import batchnorm_layers
+    from espnet_dynres.asr.batchnorm_reestimate import reestimate_batchnorm
+    from espnet_dynres.asr.batchnorm_sample import BatchNormSample
+    from espnet_dynres.glue.trainer import restat_budget
     from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
     torch.set_num_threads(1)
@@ -117,20 +119,16 @@ def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[s
     if what in ("restat", "restat_per_layer"):
         utts = read_dir(train_dir)
         random.Random(0).shuffle(utts)
-        sample = model.batchnorm_restat_sample
-        model.train()
+        sample, budget = BatchNormSample(model.batchnorm_restat_batches), restat_budget(args, model)
         for _, wav, _ in utts:
-            sample.add(wav[None], torch.tensor([wav.numel()]), model.batchnorm_restat_budget)
+            sample.add(wav[None], torch.tensor([wav.numel()]), budget)
         kept = len(sample)
-        frames = sum(len(b) * model.frontend.policy.standard_frame_count(b.shape[1])
-                     for b in sample.batches(model.batchnorm_restat_budget))
+        frames = sum(len(b) * model.frontend.policy.standard_frame_count(b.shape[1]) for b in sample.batches(budget))
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         start = time.perf_counter()
-        if what == "restat":
-            model.eval()  # the re-estimate, as the trainer triggers it (block by block where blocks chain)
-        else:  # the same statistics, one pass of the sample per layer (the method before block by block)
-            torch.nn.Module.train(model, False)
-            sample.restat(model.encode, batchnorm_layers(model), model.batchnorm_restat_budget, blocks=None)
+        # the re-estimate as the trainer runs it (block by block where blocks chain), or the same
+        # statistics with one pass of the sample per layer (the method before block by block)
+        reestimate_batchnorm(model, sample, budget, block_by_block=what == "restat")
         seconds = time.perf_counter() - start
     else:
         utts = read_dir(valid_dir)

@@ -30,6 +30,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -58,6 +59,7 @@ def profile_arm(config: Path, steps: int, warmup: int, seed: int = 0) -> Dict[st
     args = argparse.Namespace(**yaml.safe_load(config.read_text()))
     set_all_random_seed(seed)
     model = ASRTask.build_model(args).train()
+    reestimate = getattr(ASRTask.trainer.build_options(args), "batchnorm_reestimate", None)  # the plugin's trainer
     optimizers = ASRTask.build_optimizers(args, model)
     iterator = iter(ASRTask.build_iter_factory(args, DistributedOption(distributed=False), mode="train").build_iter(1))
     fs = float(getattr(model.frontend, "fs", 16000)) if model.frontend is not None else 16000.0
@@ -96,7 +98,8 @@ def profile_arm(config: Path, steps: int, warmup: int, seed: int = 0) -> Dict[st
         t1 = time.perf_counter()
         batch = {k: v for k, v in batch.items() if not k.endswith("utt_id")}
         before = dict(spent)
-        loss, _stats, _weight = model(**batch)
+        with reestimate.collecting(model) if reestimate is not None else contextlib.nullcontext():
+            loss, _stats, _weight = model(**batch)
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
@@ -113,10 +116,10 @@ def profile_arm(config: Path, steps: int, warmup: int, seed: int = 0) -> Dict[st
             spent["optimizer"] += t4 - t3
             audio_sec += float(batch["speech_lengths"].sum()) / fs
     recording[0] = False  # the re-estimate's own encoder passes are its phase, not the step's
-    restat = getattr(model, "_batchnorm_restat", None)
-    restat_utts = len(restat) if restat is not None else 0
+    restat_utts = len(reestimate.sample) if reestimate is not None and reestimate.sample is not None else 0
     t0 = time.perf_counter()
-    model.eval()  # the re-estimate, as the trainer triggers it before validation
+    if reestimate is not None:
+        reestimate.run(model)  # the re-estimate, as the trainer runs it before validation
     restat_sec = time.perf_counter() - t0 if restat_utts else 0.0
     epoch_audio_sec = epoch_audio_seconds(args, fs)
     out = {k: spent.get(k, 0.0) / steps for k in PHASES}

@@ -39,7 +39,7 @@ Usage::
 
 With ``--restat_train_dir``, every checkpoint's BatchNorm statistics are first re-estimated at
 the standard rate the way ``model: dynres``/``token_normalized`` does it before each
-evaluation (:class:`espnet_dynres.asr.batchnorm_restat.BatchNormRestat`, over a sample of
+evaluation (:func:`espnet_dynres.asr.batchnorm_reestimate.reestimate_batchnorm`, over a sample of
 ``--restat_batches`` of the run's evaluation budgets of training utterances, drawn with a fixed
 seed), for any model, ``model: espnet`` included: the
 figures of a checkpoint as if its model had re-estimated them.
@@ -65,7 +65,7 @@ from espnet.nets.pytorch_backend.nets_utils import th_accuracy
 from espnet.nets.pytorch_backend.transformer.add_sos_eos import add_sos_eos
 from espnet2.tasks.asr import ASRTask
 
-from espnet_dynres.asr.batchnorm_restat import restat_from_data_dir
+from espnet_dynres.bin.reestimate_batchnorm import restat_from_data_dir
 
 
 # Decoder target positions (1-based; the last target of an utterance is ``<eos>``) grouped for
@@ -103,12 +103,12 @@ def speech_text_iterator(train_args, data_dir: Path, batch_size: int, key_file: 
 def restat_batchnorm(model, train_args, train_dir: Path, num_batches: int, seed: int = 0) -> int:
     """Re-estimate ``model``'s BatchNorm statistics as the plugin's models do before evaluation, over
     a sample of ``train_dir`` as large as ``num_batches`` of the run's evaluation budgets
-    (:func:`espnet_dynres.asr.batchnorm_restat.restat_from_data_dir`); returns the layers changed.
+    (:func:`espnet_dynres.bin.reestimate_batchnorm.restat_from_data_dir`); returns the layers changed.
 
     Raises:
         ValueError: see ``restat_from_data_dir`` (a malformed or unreadable ``wav.scp``/``feats.scp``).
     """
-    from espnet_dynres.glue.build_model import restat_budget
+    from espnet_dynres.glue.trainer import restat_budget
 
     return restat_from_data_dir(model, restat_budget(train_args, model), train_dir, num_batches, seed)
 

@@ -126,10 +126,18 @@ TINY_GRADIENT_REDUCTION_LENGTH = 2 * (TINY_ENCODER_REDUCTION_LENGTH + (2 * (4 * 
 
 
 def build_tiny_model(seed: int = 0, **overrides):
+    return build_tiny_model_and_reestimate(seed, **overrides)[0]
+
+
+def build_tiny_model_and_reestimate(seed: int = 0, **overrides):
+    """:func:`build_tiny_model` and the BatchNorm re-estimate step the plugin's trainer runs it with
+    (``DynResTrainer.build_options(args).batchnorm_reestimate``)."""
     from espnet2.tasks.asr import ASRTask
+    from espnet_dynres.glue.trainer import DynResTrainer
 
     torch.manual_seed(seed)
-    return ASRTask.build_model(tiny_asr_args(**overrides))
+    args = tiny_asr_args(**overrides)
+    return ASRTask.build_model(args), DynResTrainer.build_options(args).batchnorm_reestimate
 
 
 def random_text(batch: int, max_len: int, seed: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:

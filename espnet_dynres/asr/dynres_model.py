@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import logging
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -11,7 +10,6 @@ from typeguard import typechecked
 
 from espnet2.asr.espnet_model import ESPnetASRModel
 
-from espnet_dynres.asr.batchnorm_restat import BatchNormRestat, RestatBudget, batchnorm_layers, encoder_blocks
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 from espnet_dynres.asr.step_context import StepContext
@@ -45,15 +43,11 @@ class DynResASRModel(ESPnetASRModel):
        ``below_clamp`` (utterances of the batch computed below
        ``min_frame_rate_hz``, :meth:`FrameRatePolicy.below_clamp`) with the
        ``dynres`` frontend in a training step.
-    4. **BatchNorm statistics at the standard rate.**  Every training forward offers its
-       utterances to the epoch's sample
-       (:class:`~espnet_dynres.asr.batchnorm_restat.BatchNormRestat`, ``batchnorm_restat_batches``
-       evaluation batches); when the model leaves training mode (``model.eval()``, before every
-       validation and checkpoint) each BatchNorm layer's running statistics are re-estimated from
-       it at the standard rate, in batches of :attr:`batchnorm_restat_budget` (set by
-       ``espnet_dynres`` from the run's validation budget, :meth:`RestatBudget.from_task_args`;
-       ``RestatBudget(max_batch_size=1)`` for a model built outside ESPnet's task).
-       ``batchnorm_restat_batches: 0``, or a model without BatchNorm, keeps and changes nothing.
+    4. **BatchNorm statistics at the standard rate.**  ``batchnorm_restat_batches`` (a
+       ``model_conf`` key) sizes the sample of training utterances from which the plugin's trainer
+       re-estimates every BatchNorm layer's statistics before each validation
+       (:class:`~espnet_dynres.glue.trainer.DynResTrainer`); the model itself keeps no sample, and
+       ``model.eval()`` only switches the mode.
 
     One forward's plan, mode and figures travel in one
     :class:`~espnet_dynres.asr.step_context.StepContext`, opened by :meth:`forward`, held as
@@ -72,13 +66,15 @@ class DynResASRModel(ESPnetASRModel):
         Args:
             batchnorm_restat_batches: size of the per-epoch sample of training utterances whose
                 standard-rate encoding re-estimates every BatchNorm layer's statistics before
-                evaluation, in batches of the run's evaluation budget (item 4 of the class
-                docstring; :class:`BatchNormRestat`); ``0`` turns it off.
+                validation, in batches of the run's evaluation budget (item 4 of the class
+                docstring); ``0`` turns it off.
 
         Raises:
             ValueError: ``batchnorm_restat_batches`` is negative.
         """
-        batchnorm_restat = BatchNormRestat(batchnorm_restat_batches)
+        if batchnorm_restat_batches < 0:
+            raise ValueError("model_conf batchnorm_restat_batches must be >= 0 (0 turns the re-estimate off), "
+                             f"got {batchnorm_restat_batches}")
         arguments = inspect.signature(ESPnetASRModel.__init__).bind(None, *args, **kwargs).arguments
         arguments.pop("self")
         specaug = arguments.get("specaug")
@@ -88,49 +84,7 @@ class DynResASRModel(ESPnetASRModel):
         super().__init__(**arguments)
         self.dynres_specaug: Optional[DynResSpecAug] = dynres_specaug
         self._step: Optional[StepContext] = None  # the running forward's, only while it runs
-        # not a module and no buffers: the sample never enters a checkpoint
-        self._batchnorm_restat = batchnorm_restat if batchnorm_layers(self) else None
-        self.batchnorm_restat_batches = batchnorm_restat_batches  # as configured (recorded in the run's config.yaml)
-        # The re-estimate's batch budget; ASRTask.build_model (espnet_dynres) sets the run's evaluation budget.
-        self.batchnorm_restat_budget = RestatBudget(max_batch_size=1)
-
-    @property
-    def batchnorm_restat_sample(self) -> Optional[BatchNormRestat]:
-        """The epoch's sample for the BatchNorm re-estimate (item 4 of the class docstring), or
-        ``None`` when it is off or the model has no BatchNorm."""
-        return self._batchnorm_restat
-
-    def train(self, mode: bool = True) -> "DynResASRModel":
-        """``nn.Module.train``; leaving training mode first re-estimates BatchNorm (class docstring, 4)."""
-        leaving_training = self.training and not mode
-        super().train(mode)
-        restat = getattr(self, "_batchnorm_restat", None)  # None while ESPnet's __init__ runs
-        if leaving_training and restat is not None:
-            device = next(self.parameters()).device
-            if self._every_rank_has_a_sample(len(restat) > 0, device):
-                restat.restat(self.encode, batchnorm_layers(self), self.batchnorm_restat_budget, device=device,
-                              blocks=encoder_blocks(self))
-            restat.clear()
-        return self
-
-    @staticmethod
-    def _every_rank_has_a_sample(has_sample: bool, device: torch.device) -> bool:
-        """Whether the re-estimate runs: on one process, when its sample is not empty; under
-        ``torch.distributed``, only when every rank's is not (one ``all_reduce`` of a flag, on every
-        rank, as every rank leaves training together), since the re-estimate adds its sums over
-        all ranks once per layer and a rank without a sample would leave the others waiting.
-        When some rank has none, no rank re-estimates and a warning says so."""
-        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-            return has_sample
-        flags = torch.tensor([int(has_sample), 1], dtype=torch.long, device=device)  # (mine, ranks)
-        everyone = flags.clone()
-        torch.distributed.all_reduce(everyone)  # sum: ranks with a sample, world size
-        if 0 < int(everyone[0]) < int(everyone[1]):
-            logging.warning(
-                "BatchNorm re-estimate skipped before this evaluation: %d of %d ranks have no training "
-                "utterance in their sample (no step on them this epoch); the statistics stay as trained.",
-                int(everyone[1] - everyone[0]), int(everyone[1]))
-        return int(everyone[0]) == int(everyone[1])
+        self.batchnorm_restat_batches = batchnorm_restat_batches  # read by the trainer; recorded in config.yaml
 
     def forward(
         self,
@@ -176,8 +130,6 @@ class DynResASRModel(ESPnetASRModel):
                     "with the dynres iterator (batch_type: dynres), which adds one planned count per utterance."
                 )
         step = StepContext.for_model(self, speech_frames, kwargs.get("utt_id"))
-        if step.dynamic and self._batchnorm_restat is not None:
-            self._batchnorm_restat.add(speech, speech_lengths, self.batchnorm_restat_budget)
         self._step = step
         try:
             return self.step_forward(step, speech, speech_lengths, text, text_lengths, **kwargs)

@@ -5,7 +5,7 @@ Reads an experiment's ``config.yaml`` and a model file (default ``valid.acc.ave.
 ``frontend_conf.eval_frame_rate_hz`` when ``--eval_frame_rate_hz`` is given (``frontend:
 dynres`` only; the rate must lie in the run's clamp), re-estimates every BatchNorm layer's
 running statistics over a budgeted sample of the training data at that evaluation rate
-(:func:`espnet_dynres.asr.batchnorm_restat.restat_from_data_dir`: ``--restat_batches`` of the
+(:func:`restat_from_data_dir`: ``--restat_batches`` of the
 run's evaluation budgets, the same re-estimate ``model: dynres`` runs before each evaluation),
 and writes a new experiment directory holding the changed ``config.yaml`` and the model file
 under its own name.  The recipe's stage 12 decodes it like any experiment
@@ -25,6 +25,7 @@ Run it from the directory the training ran in (the config's relative paths start
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -33,8 +34,72 @@ import torch
 import yaml
 from espnet2.tasks.asr import ASRTask
 
-from espnet_dynres.asr.batchnorm_restat import restat_from_data_dir
-from espnet_dynres.glue.build_model import restat_budget
+from espnet_dynres.asr.batchnorm_reestimate import reestimate_batchnorm
+from espnet_dynres.asr.batchnorm_sample import BatchNormSample, RestatBudget
+from espnet_dynres.glue.data_checks import read_keyed_file
+from espnet_dynres.glue.trainer import restat_budget
+
+
+def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir, num_batches: int,
+                         seed: int = 0) -> int:
+    """Re-estimate a trained ``model``'s BatchNorm statistics offline, as the plugin's models do
+    before each evaluation, over a sample of a Kaldi-style data directory.
+
+    The sample is :class:`BatchNormSample` ``(num_batches, seed)`` over every utterance of
+    ``data_dir/wav.scp`` (raw audio, read with ``soundfile`` as float32 ``(T_samples,)`` or
+    ``(T_samples, C)``, at the sampling rate the model was trained at), or of
+    ``data_dir/feats.scp`` when there is no ``wav.scp`` (extracted features ``(T_frames, D)``, read
+    with ``kaldiio``), offered one utterance at a time in an order shuffled with ``seed``; only the
+    budgeted sample stays in memory, on the host; each batch is moved to the model's device for its
+    own forward.  It is encoded by :func:`reestimate_batchnorm`, the function training calls before
+    each validation (evaluation mode: the evaluation frame rate of a ``frontend: dynres``, no
+    dropout, no SpecAugment), one utterance per batch.
+
+    Args:
+        model: an ESPnet ASR model with ``encode(speech, speech_lengths)``.
+        budget: the run's evaluation budget (:func:`espnet_dynres.glue.trainer.restat_budget`).
+        data_dir: the training data directory (``wav.scp`` or ``feats.scp``).
+        num_batches: the sample's size in evaluation budgets (``batchnorm_restat_batches``).
+        seed: seed of the order and of the sample's keys.
+
+    Returns:
+        The number of BatchNorm layers re-estimated.
+
+    Raises:
+        ValueError: neither ``wav.scp`` nor ``feats.scp`` in ``data_dir``; a blank line, a repeated
+            utterance or an utterance without a path; a file that cannot be read (each names the
+            file, the utterance and the fix).
+    """
+    data_dir = Path(data_dir)
+    scp = data_dir / "wav.scp"
+    if not scp.exists():
+        scp = data_dir / "feats.scp"
+    if not scp.exists():
+        raise ValueError(f"{data_dir} holds neither wav.scp nor feats.scp; give the training data directory "
+                         "of the run (e.g. dump/raw/train)")
+    if scp.name == "wav.scp":
+        import soundfile
+
+        def load(path: str):
+            return soundfile.read(path, dtype="float32")[0]  # (T_samples,) or (T_samples, C)
+    else:
+        import kaldiio
+
+        def load(path: str):
+            return kaldiio.load_mat(path).astype("float32")  # (T_frames, D)
+
+    entries = list(read_keyed_file(scp).items())
+    random.Random(seed).shuffle(entries)
+    sample = BatchNormSample(num_batches, seed=seed)
+    for utt, path in entries:
+        if not path:
+            raise ValueError(f"{scp}: utterance {utt} has no path; fix or remove that line")
+        try:
+            data = torch.from_numpy(load(path))
+        except Exception as exc:  # soundfile/kaldiio raise their own types
+            raise ValueError(f"{scp}: cannot read utterance {utt} from {path} ({exc}); fix the path or the file") from exc
+        sample.add(data[None], torch.tensor([data.shape[0]]), budget)
+    return reestimate_batchnorm(model, sample, RestatBudget(max_batch_size=1))
 
 
 def get_parser() -> argparse.ArgumentParser:

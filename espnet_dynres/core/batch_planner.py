@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -179,9 +179,36 @@ class BatchPlanner:
         self._fb_lo, self._min = fallback_lo.tolist(), mins.tolist()
         self._bins = math.inf if batch_bins is None else batch_bins
         self._max_bs = math.inf if max_batch_size is None else max_batch_size
+        self._limits = None  # evaluation: the most utterances a batch may hold, per longest member (for_evaluation)
         self._nearest = batch_fill == "nearest"
         self._pick = policy.pick_frame_count
         self.reset()
+
+    @classmethod
+    def for_evaluation(cls, costs: Sequence[int], batch_bins: Optional[int],
+                       max_batch_sizes: Optional[Sequence[Optional[int]]] = None) -> "BatchPlanner":
+        """An evaluation planner over utterances given by their cost instead of their samples (the
+        BatchNorm re-estimate under any of ESPnet's budgets): a batch costs ``B ×`` its costliest
+        member's cost and holds at most that member's ``max_batch_sizes`` entry of utterances.
+
+        Args:
+            costs: ``(N,)`` int cost per utterance in the budget's unit (standard frames, input
+                elements, or 1 under a count budget).
+            batch_bins: most cost per batch, or ``None``.
+            max_batch_sizes: ``(N,)`` most utterances of a batch whose costliest member is that
+                utterance (``None`` entries, or ``None``: no limit); ESPnet's ``folded`` batches
+                make it depend on the length.
+        """
+        planner = cls.__new__(cls)
+        planner.policy, planner.evaluation, planner.batch_fill = None, True, "below"
+        planner.batch_bins, planner.max_batch_size = batch_bins, None
+        planner._std = [int(c) for c in costs]
+        planner._bins = math.inf if batch_bins is None else batch_bins
+        planner._max_bs = math.inf
+        planner._limits = (None if max_batch_sizes is None
+                           else [math.inf if m is None else int(m) for m in max_batch_sizes])
+        planner.reset()
+        return planner
 
     @classmethod
     def for_batch(cls, policy: FrameRatePolicy, num_samples: Sequence[int]) -> "BatchPlanner":
@@ -204,6 +231,7 @@ class BatchPlanner:
         self.size = 0
         self.target_rate_hz = target_rate_hz
         self._lo_b, self._hi_b, self._std_b, self._need_b, self._longest = 1, None, 0, 0, 0
+        self._limit = self._max_bs
 
     def add(self, i: int) -> bool:
         """Admit utterance ``i`` to the open batch if the rules allow (True), else leave it as it was."""
@@ -213,9 +241,9 @@ class BatchPlanner:
         size = self.size + 1
         if self.evaluation:
             s = self._std[i]
-            longest = self._longest if self._longest > s else s
-            if size * longest <= self._bins and size <= self._max_bs:
-                self.size, self._longest = size, longest
+            longest, limit = (self._longest, self._limit) if self._longest > s else (s, self._limit_of(i))
+            if size * longest <= self._bins and size <= limit:
+                self.size, self._longest, self._limit = size, longest, limit
                 return True
             return False
         u_lo, u_hi, u_min = self._lo[i], self._hi[i], self._min[i]
@@ -244,6 +272,11 @@ class BatchPlanner:
     def force(self, i: int) -> None:
         """Add utterance ``i`` to the open batch whatever the rules say (its plan may then be
         ``LOWERED`` or ``PADDED``)."""
+        if self.evaluation:
+            if self.size == 0 or self._std[i] >= self._longest:
+                self._longest, self._limit = self._std[i], self._limit_of(i)
+            self.size += 1
+            return
         u_lo, u_hi, u_min, s = self._lo[i], self._hi[i], self._min[i], self._std[i]
         if self.size == 0:
             self._lo_b, self._hi_b, self._need_b, self._std_b, self._longest = u_lo, u_hi, u_min, s, s
@@ -254,6 +287,49 @@ class BatchPlanner:
             self._std_b += s
             self._longest = max(self._longest, s)
         self.size += 1
+
+    def _limit_of(self, i: int):
+        return self._max_bs if self._limits is None else self._limits[i]
+
+    def group(self, order: Sequence[int], min_batch_size: int = 1,
+              target_rates_hz: Optional[Sequence[float]] = None) -> List[List[int]]:
+        """Utterances in ``order`` grouped into batches: a batch closes when the next utterance does
+        not join (:meth:`add`), unless it holds fewer than ``min_batch_size`` (then the utterance is
+        forced in); the last batch, if smaller than ``min_batch_size``, is rebalanced with the one
+        before so that both keep it (a forced batch has at most ``2 × min_batch_size − 1``).
+
+        Args:
+            order: utterance indices.
+            min_batch_size: fewest utterances per batch (the world size under DDP).
+            target_rates_hz: the drawn target rate of each batch in fill order, or ``None``.
+        """
+        batches: List[List[int]] = []
+        current: List[int] = []
+        add, force = self.add, self.force
+        self.reset(None if target_rates_hz is None else float(target_rates_hz[0]))
+        for i in order:
+            if add(i):
+                current.append(i)
+                continue
+            if len(current) < min_batch_size:
+                force(i)
+                current.append(i)
+                continue
+            batches.append(current)
+            self.reset(None if target_rates_hz is None else float(target_rates_hz[len(batches)]))
+            force(i)
+            current = [i]
+        if not current:
+            return batches
+        if batches and len(current) < min_batch_size:
+            merged = batches.pop() + current
+            if len(merged) >= 2 * min_batch_size:
+                batches.extend([merged[: len(merged) - min_batch_size], merged[len(merged) - min_batch_size :]])
+            else:
+                batches.append(merged)
+        else:
+            batches.append(current)
+        return batches
 
     # ------------------------------------------------------------ planning a batch
     def plan(self, members: Sequence[int], epoch: Optional[int] = None,

@@ -20,7 +20,7 @@ conv2d8           ``(((T - 1) // 2 - 1) // 2 - 1) // 2``
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 _LAYERS = {
     None: [],

@@ -1,5 +1,5 @@
-"""``ASRTask.build_model`` with the plugin's setting checks, the re-estimate's budget and the
-effective options recorded in the run's ``config.yaml``."""
+"""``ASRTask.build_model`` with the plugin's setting checks, the plugin's trainer for its models,
+and the effective options recorded in the run's ``config.yaml``."""
 
 from __future__ import annotations
 
@@ -8,36 +8,29 @@ import inspect
 from typing import Callable
 
 import torch
+from espnet2.train.trainer import Trainer as ESPNET_TRAINER
 
 from espnet_dynres.glue import config_checks
-from espnet_dynres.asr.batchnorm_restat import RestatBudget
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from espnet_dynres.glue.task_arguments import SAMPLER_ARGUMENTS
+from espnet_dynres.glue.trainer import DynResTrainer
 
 
 def build_model(original: Callable, cls, args: argparse.Namespace):
     """ESPnet's ``build_model`` (``original``) after :func:`check_sampler_arguments` and, when a plugin switch is
     on, the conf-key and grad_clip checks (:func:`espnet_dynres.glue.config_checks.with_conf_key_check`).
     Training builds the model before its iterators, so option conflicts stop it before any data is read.
-    A :class:`DynResASRModel` gets the run's evaluation budget for its BatchNorm re-estimate
-    (:meth:`RestatBudget.from_task_args`)."""
+    The task trains a :class:`DynResASRModel` with :class:`~espnet_dynres.glue.trainer.DynResTrainer`
+    (the BatchNorm re-estimate before each validation) and any other model with ESPnet's ``Trainer``
+    (so a stock configuration, DeepSpeed included, runs as ESPnet's own)."""
     config_checks.check_sampler_arguments(args)
     model = config_checks.with_conf_key_check(original)(cls, args)
-    if isinstance(model, DynResASRModel):
-        model.batchnorm_restat_budget = restat_budget(args, model)
+    if cls.trainer in (ESPNET_TRAINER, DynResTrainer):  # a task's own trainer is left as it is
+        cls.trainer = DynResTrainer if isinstance(model, DynResASRModel) else ESPNET_TRAINER
     record_effective_options(args, model)
     return model
-
-
-def restat_budget(args: argparse.Namespace, model: torch.nn.Module) -> RestatBudget:
-    """The run's evaluation budget for ``model``'s BatchNorm re-estimate
-    (:meth:`RestatBudget.from_task_args`, with the dynres frontend's standard frame shift when
-    the model has one)."""
-    frontend = getattr(model, "frontend", None)
-    hop = frontend.hop_length if isinstance(frontend, DynResFrontend) else None
-    return RestatBudget.from_task_args(args, hop_length=hop)
 
 
 def record_effective_options(args: argparse.Namespace, model: torch.nn.Module) -> None:

@@ -300,46 +300,6 @@ class DynResBatchSampler(AbsSampler):
         key = self._log_samples + rng.uniform(0.0, width, size=len(self._log_samples))
         return np.lexsort((np.arange(len(key)), key))
 
-    def _group(self, order: np.ndarray, rates_hz: Optional[np.ndarray] = None) -> List[List[int]]:
-        """Utterance indices in ``order``, grouped by :attr:`planner` (rules (a)–(e) for training,
-        the evaluation cost for validation): a batch closes when the next utterance does not join,
-        unless it has fewer than ``min_batch_size``.  ``rates_hz``: the drawn target rate of each
-        batch in fill order (``target_frame_rate_range_hz``), else ``None``."""
-        planner, min_bs = self.planner, self.min_batch_size
-        add, force = planner.add, planner.force
-        batches: List[List[int]] = []
-        current: List[int] = []
-        planner.reset(None if rates_hz is None else float(rates_hz[0]))
-        for i in order.tolist():
-            if add(i):
-                current.append(i)
-                continue
-            if len(current) < min_bs:  # forced: too few utterances to close the batch
-                force(i)
-                current.append(i)
-                continue
-            batches.append(current)
-            planner.reset(None if rates_hz is None else float(rates_hz[len(batches)]))
-            force(i)
-            current = [i]
-        return self._close_last(batches, current)
-
-    def _close_last(self, batches: List[List[int]], current: List[int]) -> List[List[int]]:
-        """Append the epoch's last batch; if it has fewer than ``min_batch_size`` utterances,
-        rebalance it with the batch before so that both keep ``min_batch_size``."""
-        min_bs = self.min_batch_size
-        if not current:
-            return batches
-        if batches and len(current) < min_bs:
-            merged = batches.pop() + current
-            if len(merged) >= 2 * min_bs:
-                batches.extend([merged[: len(merged) - min_bs], merged[len(merged) - min_bs :]])
-            else:
-                batches.append(merged)
-        else:
-            batches.append(current)
-        return batches
-
     def _name_oversized_valid(self, batch: List[int], plan: BatchPlan) -> None:
         """A lone validation utterance over the budget at the standard rate is named (``oversized``)."""
         t = plan.num_frames
@@ -431,13 +391,13 @@ class DynResBatchSampler(AbsSampler):
             return self._cache[epoch]
         if self.shuffle:
             rates = self.policy.batch_target_rates_hz(self.seed, epoch, len(self.keys) + 1)
-            groups = self._sort_members(self._group(self._order(epoch), rates))
+            groups = self._sort_members(self.planner.group(self._order(epoch).tolist(), self.min_batch_size, rates))
             plans = self.planner.plan_groups(groups, epoch, None if rates is None else rates[: len(groups)].tolist())
             for g, plan in zip(groups, plans):
                 if plan.cost_frames > self.batch_bins:
                     self._name_oversized(g, max(plan.frames))
         else:  # validation: computed at the standard rate, padded to the longest (the frontend's eval mode)
-            groups = self._sort_members(self._group(self._sorted))
+            groups = self._sort_members(self.planner.group(self._sorted.tolist(), self.min_batch_size))
             plans = self.planner.plan_groups(groups)
             for g, plan in zip(groups, plans):
                 self._name_oversized_valid(g, plan)

@@ -14,9 +14,10 @@ import torchaudio
 import yaml
 
 from espnet2.tasks.asr import ASRTask
-from espnet_dynres.asr.batchnorm_restat import RestatBudget
+from espnet_dynres.asr.batchnorm_sample import RestatBudget
 from factory import (
-    DIGIT_WORDS, REPO_ROOT, TINY_ENCODER_REDUCTION_LENGTH, TOKENS, build_tiny_model, fsdd_files, random_text,
+    DIGIT_WORDS, REPO_ROOT, TINY_ENCODER_REDUCTION_LENGTH, TOKENS, build_tiny_model,
+    build_tiny_model_and_reestimate, fsdd_files, random_text,
     real_utterances, training_data_args, write_rows,
 )
 from float_tolerance import assert_close_float32
@@ -31,7 +32,7 @@ CONFORMER = dict(TRANSFORMER, use_cnn_module=True, cnn_module_kernel=7)
 
 
 def feature_model(model: str, encoder: str):
-    return build_tiny_model(model=model, frontend=None, input_size=FEAT_DIM, batch_type="numel",
+    return build_tiny_model_and_reestimate(model=model, frontend=None, input_size=FEAT_DIM, batch_type="numel",
                             encoder=encoder, encoder_conf=CONFORMER if encoder == "conformer" else TRANSFORMER,
                             model_conf=dict(ctc_weight=0.3, batchnorm_restat_batches=8))
 
@@ -40,20 +41,20 @@ def feature_model(model: str, encoder: str):
 @pytest.mark.parametrize("encoder", ["conformer", "transformer"])
 def test_features_train_and_evaluate(model_name, encoder):
     """ESPnet's own test style: no frontend, speech (B, T_frames, D); forward, backward, eval()."""
-    model = feature_model(model_name, encoder)
+    model, reestimate = feature_model(model_name, encoder)
     assert model.frontend is None
     torch.manual_seed(0)
     feats = torch.randn(2, 40, FEAT_DIM)
     lengths = torch.tensor([40, 40])  # equal: the re-estimate's padding-free batch cuts nothing
     text, text_lengths = random_text(2, 3)
     model.train()
-    loss, stats, weight = model(feats, lengths, text, text_lengths)
+    with reestimate.collecting(model):
+        loss, stats, weight = model(feats, lengths, text, text_lengths)
     loss.backward()
     assert torch.isfinite(loss) and "below_clamp" not in stats
     bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
-    restat = model._batchnorm_restat
-    assert (restat is not None) == (encoder == "conformer") == bool(bns)
-    model.eval()  # re-estimates over the kept feature sequences (Conformer)
+    assert (len(reestimate.sample) == 2) == (encoder == "conformer") == bool(bns)
+    assert reestimate.run(model) == len(bns)  # re-estimates over the kept feature sequences (Conformer)
     with torch.no_grad():
         loss_eval, _, _ = model(feats, lengths, text, text_lengths)
     assert torch.isfinite(loss_eval)
@@ -72,7 +73,7 @@ def test_features_train_and_evaluate(model_name, encoder):
             x = torch.cat(xs, dim=1).double()
             assert_close_float32(bn.running_mean, x.mean(dim=1), reduction_length=TINY_ENCODER_REDUCTION_LENGTH,
                                  scale=float(x.abs().max()))
-        assert model.batchnorm_restat_budget == RestatBudget(batch_bins=1000000, max_batch_size=None)
+        assert reestimate.budget == RestatBudget(batch_bins=1000000, max_batch_size=None)
 
 
 @pytest.mark.parametrize("switch", [dict(batch_type="dynres"), dict(frontend="dynres"), dict(valid_batch_type="dynres")])

@@ -12,7 +12,9 @@ import torch
 import yaml
 
 from espnet2.tasks.asr import ASRTask
-from espnet_dynres.asr.batchnorm_restat import RestatBudget, batchnorm_layers, restat_from_data_dir
+from espnet_dynres.asr.batchnorm_reestimate import batchnorm_layers
+from espnet_dynres.asr.batchnorm_sample import RestatBudget
+from espnet_dynres.bin.reestimate_batchnorm import restat_from_data_dir
 from espnet_dynres.bin import reestimate_batchnorm
 from factory import TINY_ENCODER_REDUCTION_LENGTH, build_tiny_model, write_data_dir, write_tiny_asr_model
 from float_tolerance import assert_close_float32

@@ -26,11 +26,12 @@ def test_differs_from_the_100hz_numel_arm_only_in_the_rate_and_the_model():
     assert fixed == numel  # batch_type, batch_bins (samples: the same audio per step), specaug, optimisation
 
 
-def test_builds_an_80hz_model_whose_reestimate_runs_when_training_stops():
+def test_builds_an_80hz_model_whose_reestimate_runs_before_validation():
     from espnet2.tasks.asr import ASRTask
 
     import espnet_dynres  # noqa: F401  (registers model: dynres)
     from espnet_dynres.asr.dynres_model import DynResASRModel
+    from espnet_dynres.glue.trainer import DynResTrainer
 
     parser = ASRTask.get_parser()
     args = parser.parse_args(["--config", str(FIXED), "--token_list", "none", "--output_dir", "unused"])
@@ -38,7 +39,8 @@ def test_builds_an_80hz_model_whose_reestimate_runs_when_training_stops():
     args.frontend_conf = {**args.frontend_conf, "fs": 16000}
     torch.manual_seed(0)
     model = ASRTask.build_model(args)
-    assert isinstance(model, DynResASRModel) and model._batchnorm_restat is not None
+    reestimate = DynResTrainer.build_options(args).batchnorm_reestimate
+    assert isinstance(model, DynResASRModel) and ASRTask.trainer is DynResTrainer
     speech, lengths = pad_batch(real_utterances(2, concat=2))
     model.eval()
     with torch.no_grad():
@@ -46,14 +48,15 @@ def test_builds_an_80hz_model_whose_reestimate_runs_when_training_stops():
     assert feat_lengths.tolist() == [1 + n // 200 for n in lengths.tolist()]  # 80 Hz at 16 kHz, at evaluation too
     model.train()
     text, text_lengths = random_text(2, 5)
-    loss, _, _ = model(speech, lengths, text, text_lengths)
+    with reestimate.collecting(model):
+        loss, _, _ = model(speech, lengths, text, text_lengths)
     loss.backward()
-    assert len(model._batchnorm_restat) == 2  # the training step fed the re-estimate's sample
+    assert len(reestimate.sample) == 2  # the training step fed the re-estimate's sample
     before = [m.running_mean.clone() for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
-    model.eval()  # leaving training re-estimates BatchNorm statistics (at 80 Hz, the evaluation rate)
+    reestimate.run(model)  # before validation: BatchNorm statistics at 80 Hz, the evaluation rate
     after = [m.running_mean for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
     assert before and not all(torch.equal(a, b) for a, b in zip(after, before))
-    assert len(model._batchnorm_restat) == 0
+    assert len(reestimate.sample) == 0
 
 
 def test_the_80hz_arm_evaluated_at_80hz_differs_only_in_its_evaluation_rate():

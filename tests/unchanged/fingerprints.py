@@ -1,6 +1,6 @@
 """Fingerprints of what a user sees, for comparing two versions of the package.
 
-``python tests/unchanged/fingerprints.py {plans,features,steps,audits} [...] --repo REPO`` prints one JSON
+``python tests/unchanged/fingerprints.py {plans,features,steps,audits,restat} [...] --repo REPO`` prints one JSON
 object, keyed by kind, for the ``espnet_dynres`` package found first on ``PYTHONPATH`` (a checkout of any
 commit), using the configs under ``REPO/conf``:
 
@@ -14,7 +14,9 @@ commit), using the configs under ``REPO/conf``:
 * ``audits``: the batch audit CLI's JSON summary and dumped batches (:func:`audits`);
 * ``steps``: the main config's model trained for a few steps on a fixed synthetic batch
   sequence: each step's loss, CTC and attention losses, weight and gradient norm, as ``repr``
-  of the float (bit-exact).
+  of the float (bit-exact);
+* ``restat``: the BatchNorm statistics re-estimated after a few such steps, as before a
+  validation (:func:`restat`).
 
 Only public entry points of the package are used, found by their current or former module path.
 """
@@ -188,27 +190,31 @@ def features(repo: Path) -> Dict[str, str]:
     return result
 
 
-def steps(repo: Path, num_steps: int = 6) -> Dict[str, List[str]]:
-    """The main config's model (as ``asr_train`` builds it) for ``num_steps`` Adam steps with
-    ESPnet's gradient clipping, on planned batches of synthetic audio (a common frame count where
-    one exists, else each utterance at its lowest, as the sampler plans a padded batch)."""
+def _main_model(repo: Path, tmp: str, extra_args: List[str] = ()):
+    """The main config's model as ``asr_train`` builds it, and the task arguments."""
     import torch
     import espnet_dynres  # noqa: F401  (registers the plugin)
     from espnet2.tasks.asr import ASRTask
 
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        tokens = Path(tmp) / "tokens.txt"
-        tokens.write_text("\n".join(["<blank>", "<unk>"] + [f"w{i}" for i in range(10)] + ["<sos/eos>"]) + "\n")
-        parser = ASRTask.get_parser()
-        args = parser.parse_args([
-            "--config", str(repo / "conf/train_asr_conformer_dynres_cpu.yaml"), "--token_list", str(tokens),
-            "--token_type", "word", "--frontend_conf", f"fs={FS_HZ}", "--output_dir", str(Path(tmp) / "exp"),
-            "--train_shape_file", "x", "--valid_shape_file", "x", "--normalize", "none",
-        ])
-        torch.manual_seed(0)
-        np.random.seed(0)
-        model = ASRTask.build_model(args)
+    tokens = Path(tmp) / "tokens.txt"
+    tokens.write_text("\n".join(["<blank>", "<unk>"] + [f"w{i}" for i in range(10)] + ["<sos/eos>"]) + "\n")
+    parser = ASRTask.get_parser()
+    args = parser.parse_args([
+        "--config", str(repo / "conf/train_asr_conformer_dynres_cpu.yaml"), "--token_list", str(tokens),
+        "--token_type", "word", "--frontend_conf", f"fs={FS_HZ}", "--output_dir", str(Path(tmp) / "exp"),
+        "--train_shape_file", "x", "--valid_shape_file", "x", "--normalize", "none", *extra_args,
+    ])
+    torch.manual_seed(0)
+    np.random.seed(0)
+    return ASRTask.build_model(args), args
+
+
+def _train_steps(model, num_steps: int) -> Dict[str, List[str]]:
+    """``num_steps`` Adam steps with ESPnet's gradient clipping, on planned batches of synthetic audio
+    (a common frame count where one exists, else each utterance at its lowest, as the sampler plans a
+    padded batch); each step's loss, CTC and attention losses, weight and gradient norm."""
+    import torch
+
     model.train()
     optim = torch.optim.Adam(model.parameters(), lr=0.002)
     rng = np.random.default_rng(1)
@@ -217,7 +223,9 @@ def steps(repo: Path, num_steps: int = 6) -> Dict[str, List[str]]:
     for step in range(num_steps):
         lengths = sorted(rng.integers(8000, 40000, size=3).tolist(), reverse=True)
         speech, speech_lengths = _speech(100 + step, lengths)
-        t = policy.common_frame_count(lengths)  # a plan as the sampler gives it: common, else each at its lowest
+        lo = max(policy.frame_count_range(n)[0] for n in lengths)
+        hi = min(policy.frame_count_range(n)[1] for n in lengths)
+        t = policy.pick_frame_count(lo, hi, int(sum(policy.standard_frame_count(n) for n in lengths)), len(lengths))
         plan = torch.tensor([t] * len(lengths) if t is not None else
                             [policy.frame_count_range(n, policy.fallback_frame_rate_hz)[0] for n in lengths])
         text_lengths = torch.tensor([int(n // 8000) + 1 for n in lengths])
@@ -234,6 +242,47 @@ def steps(repo: Path, num_steps: int = 6) -> Dict[str, List[str]]:
                            ("weight", weight), ("grad_norm", norm)):
             out[key].append(repr(float(value)))
     return out
+
+
+def steps(repo: Path, num_steps: int = 6) -> Dict[str, List[str]]:
+    """The main config's model (as ``asr_train`` builds it) for ``num_steps`` training steps
+    (:func:`_train_steps`)."""
+    import torch
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        model, _ = _main_model(repo, tmp)
+    return _train_steps(model, num_steps)
+
+
+def restat(repo: Path, num_steps: int = 12) -> Dict[str, str]:
+    """The BatchNorm statistics the main config's model evaluates with after ``num_steps`` training
+    steps (:func:`_train_steps`), re-estimated as training does before a validation: with the
+    config's evaluation budget, and with ``valid_batch_bins`` 300 (a sample of part of the
+    utterances, in several batches).  SHA-256 of each layer's running mean and variance."""
+    import torch
+
+    torch.set_num_threads(1)
+    result = {}
+    for name, extra in (("main", []), ("valid_batch_bins=300", ["--valid_batch_bins", "300"])):
+        with tempfile.TemporaryDirectory() as tmp:
+            model, args = _main_model(repo, tmp, extra)
+            try:  # the re-estimate as a trainer step
+                from espnet_dynres.glue.trainer import DynResTrainer
+            except ImportError:  # the re-estimate inside model.eval()
+                _train_steps(model, num_steps)
+                model.eval()
+            else:
+                reestimate = DynResTrainer.build_options(args).batchnorm_reestimate
+                with reestimate.collecting(model):
+                    _train_steps(model, num_steps)
+                model.eval()
+                reestimate.run(model)
+        for key, layer in model.named_modules():
+            if isinstance(layer, torch.nn.modules.batchnorm._BatchNorm):
+                result[f"{name}:{key}"] = "/".join(
+                    _tensor_digest(t) for t in (layer.running_mean, layer.running_var, layer.num_batches_tracked))
+    return result
 
 
 def _rounded(obj):
@@ -283,7 +332,7 @@ def audits(repo: Path) -> Dict[str, str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    kinds = {"plans": plans, "features": features, "steps": steps, "audits": audits}
+    kinds = {"plans": plans, "features": features, "steps": steps, "audits": audits, "restat": restat}
     parser.add_argument("what", nargs="+", choices=sorted(kinds), help="one JSON object per kind, keyed by it")
     parser.add_argument("--repo", type=Path, required=True, help="the checkout whose conf/ is used")
     args = parser.parse_args(argv)
