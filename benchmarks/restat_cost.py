@@ -144,7 +144,7 @@ def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[s
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         start = time.perf_counter()
         with torch.no_grad():
-            for batch in sampler.batches_for_epoch(1):
+            for batch in [b.keys for b in sampler.planned_batches(1)]:
                 wavs = [by_id[u][0] for u in batch]
                 speech = torch.nn.utils.rnn.pad_sequence(wavs, batch_first=True)
                 ids = [[index.get(w, 1) for w in by_id[u][1].split()] for u in batch]
@@ -152,7 +152,7 @@ def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[s
                                                        padding_value=-1)
                 model(speech, torch.tensor([w.numel() for w in wavs]), text, torch.tensor([len(i or [1]) for i in ids]))
         seconds = time.perf_counter() - start
-        frames = sum(len(b) * max(f) for b, f in zip(sampler.batches_for_epoch(1), sampler.utt_frames_for_epoch(1)))
+        frames = sum(len(b) * max(f) for b, f in zip([b.keys for b in sampler.planned_batches(1)], [b.plan.frames for b in sampler.planned_batches(1)]))
         kept = len(utts)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"seconds": seconds, "peak_above_loaded_mib": (peak - base) / 1024.0, "utterances": kept,

@@ -321,7 +321,7 @@ def audit_batches(
             has ``1 + L // hop_length_samples`` standard frames.
         fs_hz: sampling rate of the shape file's samples (for durations in s).
         plans: per batch of epoch 1, its :class:`~espnet_dynres.core.batch_planner.BatchPlan`
-            (``DynResBatchSampler.plans_for_epoch``: members' frames in batch order); a
+            (``DynResBatchSampler.planned_batches``: members' frames in batch order); a
             ``PADDED`` or ``STANDARD`` plan is padded to its longest member.  ``None``:
             every member at its standard frame count, padded to the longest (ESPnet's samplers).
         batch_type: name for the report.
@@ -416,7 +416,7 @@ class SamplerBatches:
         epoch1, epoch2: lists of key tuples: the audited epoch (``epoch`` of
             :func:`build_batches`, default 1) and the next one.
         plans: per batch of the audited epoch, its plan (``dynres`` only,
-            ``DynResBatchSampler.plans_for_epoch``); ``None`` for ESPnet's samplers.
+            ``DynResBatchSampler.planned_batches``); ``None`` for ESPnet's samplers.
         build_time_sec: seconds (wall clock) to build the sampler (reading the
             shape files included) and draw epoch 1's batches.
         build_cpu_sec: the same in CPU seconds of this process (less
@@ -461,7 +461,7 @@ def build_batches(
     reorders them).  ``dynres`` builds
     :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
     (``batch_bins`` in feature frames ``B × T``; ``policy`` required) and, if the
-    sampler redraws per epoch (``batches_for_epoch``), asks it for epochs ``epoch``
+    sampler redraws per epoch (``planned_batches``), asks it for epochs ``epoch``
     and ``epoch + 1`` (they differ in frame counts too under a resolution curriculum).
 
     Raises:
@@ -498,10 +498,10 @@ def build_batches(
             utt2min_frames=utt2min_frames, seed=seed, shuffle=True, oversized=oversized,
             shuffle_jitter=shuffle_jitter, batch_fill=batch_fill,
         )
-        epoch1 = list(sampler.batches_for_epoch(epoch))
-        plans = sampler.plans_for_epoch(epoch)
+        planned = sampler.planned_batches(epoch)
+        epoch1, plans = [b.keys for b in planned], [b.plan for b in planned]
         build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
-        epoch2 = list(sampler.batches_for_epoch(epoch + 1))
+        epoch2 = [b.keys for b in sampler.planned_batches(epoch + 1)]
     else:
         raise ValueError(f"unknown batch_type {batch_type!r}; choose from {', '.join(BATCH_TYPES)}")
     return SamplerBatches(epoch1, epoch2, plans, build_time, build_cpu, sampler)
@@ -530,8 +530,9 @@ def budget_figures(audit: BatchAudit) -> Dict[str, float]:
 
 def audit_plan(sampler: DynResBatchSampler, table: ShapeTable, epoch: int = 1) -> BatchAudit:
     """:func:`audit_batches` of a dynres sampler's plan of ``epoch`` (no second epoch)."""
-    return audit_batches(table, sampler.batches_for_epoch(epoch), hop_length_samples=sampler.policy.hop_length,
-                         fs_hz=sampler.policy.fs, plans=sampler.plans_for_epoch(epoch), batch_type="dynres")
+    planned = sampler.planned_batches(epoch)
+    return audit_batches(table, [b.keys for b in planned], hop_length_samples=sampler.policy.hop_length,
+                         fs_hz=sampler.policy.fs, plans=[b.plan for b in planned], batch_type="dynres")
 
 
 @contextlib.contextmanager
@@ -547,7 +548,7 @@ def _warnings_silenced():
 
 def fullest_batch_frames(sampler, epochs: Sequence[int]) -> int:
     """The most ``B × T`` frames (padding included) of any batch of the dynres plans of ``epochs``."""
-    return max(len(f) * max(f) for e in epochs for f in sampler.utt_frames_for_epoch(e))
+    return max(b.plan.cost_frames for e in epochs for b in sampler.planned_batches(e))
 
 
 def memory_safe_batch_bins(sampler, max_frames: int, epochs: Sequence[int] = (1, 2)) -> int:
@@ -613,7 +614,8 @@ def dynres_batch_bins_for_audio(sampler, audio_sec: float, epoch: int = 1, itera
     with _warnings_silenced():
         for _ in range(iterations):
             candidate = sampler.with_batch_bins(bins)
-            got = mean_audio_per_batch_sec(candidate.batches_for_epoch(epoch), candidate.utt2samples, policy.fs)
+            got = mean_audio_per_batch_sec([b.keys for b in candidate.planned_batches(epoch)], candidate.utt2samples,
+                                           policy.fs)
             new = max(1, int(round(bins * audio_sec / got)))
             if new == bins:
                 break
@@ -643,7 +645,7 @@ def numel_sized_budget(sampler, shape_files: Sequence[str], epoch: int = 1) -> O
         The message (largest and mean audio per batch under both readings and the dynres
         ``batch_bins`` that gives ``numel``'s mean audio per batch), or ``None``.
     """
-    batches = sampler.batches_for_epoch(epoch)
+    batches = [b.keys for b in sampler.planned_batches(epoch)]
     fullest = fullest_batch_frames(sampler, [epoch])
     median_samples = float(np.median(np.fromiter(sampler.utt2samples.values(), dtype=np.int64)))
     if fullest >= 0.5 * sampler.batch_bins or sampler.batch_bins < median_samples:

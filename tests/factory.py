@@ -254,3 +254,19 @@ def training_data_args(train_dir: Path, valid_dir: Path, speech: str = "wav.scp,
                  f"--{split}_data_path_and_name_and_type", f"{d / 'text'},text,text",
                  f"--{split}_shape_file", str(d / "speech_shape"), f"--{split}_shape_file", str(d / "text_shape.word")]
     return args
+
+
+def plan_of(frames):
+    """A ``BatchPlan`` of ``frames`` (one count per utterance, any int iterable or tensor): ``RULE`` when
+    they share one count, else ``PADDED``, as the sampler labels such plans."""
+    from espnet_dynres.core.batch_planner import BatchKind, BatchPlan
+
+    frames = tuple(int(t) for t in (frames.tolist() if isinstance(frames, torch.Tensor) else frames))
+    return BatchPlan(frames, BatchKind.RULE if len(set(frames)) == 1 else BatchKind.PADDED)
+
+
+def planned_below_clamp(sampler, epoch: int) -> int:
+    """How many utterances ``sampler`` plans below its clamp in ``epoch`` (``FrameRatePolicy.below_clamp``)."""
+    planned = sampler.planned_batches(epoch)
+    samples = [sampler.utt2samples[k] for b in planned for k in b.keys]
+    return int(sampler.policy.below_clamp(samples, [t for b in planned for t in b.plan.frames]).sum())

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from espnet_dynres.bin.asr_inference import Speech2Text, segment_bounds
-from factory import TOKENS, build_tiny_model, real_utterances, write_tiny_asr_model
+from factory import TOKENS, build_tiny_model, plan_of, real_utterances, write_tiny_asr_model
 
 FS_HZ = 16000
 MINUTES = 3
@@ -59,12 +59,12 @@ def test_a_long_utterance_trains_at_the_fallback_rate(long_speech):
     num_samples = long_speech.numel()
     frames = policy.frame_count_range(num_samples, policy.fallback_frame_rate_hz)[0]  # lowest count the policy allows
     text = torch.randint(2, len(TOKENS) - 1, (1, 60))
-    feats, feats_lengths = model.frontend(long_speech[None], torch.tensor([num_samples]), torch.tensor([frames]))
+    feats, feats_lengths = model.frontend(long_speech[None], torch.tensor([num_samples]), plan_of([frames]))
     assert int(feats_lengths[0]) == feats.size(1) == frames
     assert frames == 1 + int(num_samples * policy.fallback_frame_rate_hz / FS_HZ)  # 50 Hz: half the standard frames
-    # The sampler's plan reaches the model as the batch key speech_frames.
+    # The sampler's plan reaches the model as the batch key batch_plan.
     loss, stats, _ = model(
-        long_speech[None], torch.tensor([num_samples]), text, torch.tensor([60]), speech_frames=torch.tensor([frames])
+        long_speech[None], torch.tensor([num_samples]), text, torch.tensor([60]), batch_plan=plan_of([frames])
     )
     loss.backward()
     assert torch.isfinite(loss)

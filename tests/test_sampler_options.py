@@ -25,14 +25,14 @@ def train_sampler(args):
 def test_max_batch_size_is_honoured_and_training_equals_the_audit(data_dir):
     args = task_args(data_dir, "--batch_bins", "3000", "--max_batch_size", "4", "--seed", "2")
     sampler = train_sampler(args)
-    batches = sampler.batches_for_epoch(1)
+    batches = [b.keys for b in sampler.planned_batches(1)]
     assert max(len(b) for b in batches) == 4 and sum(len(b) for b in batches) == 40
     policy = FrameRatePolicy(fs=16000, **{k: v for k, v in RECIPE_FRONTEND.items() if k == "hop_length"})
     audit = batch_audit.build_batches("dynres", data_dir / "speech_shape", data_dir / "text_shape.word",
                                       batch_bins=3000, max_batch_size=4, seed=2, policy=policy,
                                       utt2min_frames=sampler_min_frames(sampler))
-    assert audit.epoch1 == batches and audit.epoch2 == sampler.batches_for_epoch(2)
-    assert audit.plans == sampler.plans_for_epoch(1)
+    assert audit.epoch1 == batches and audit.epoch2 == [b.keys for b in sampler.planned_batches(2)]
+    assert audit.plans == [b.plan for b in sampler.planned_batches(1)]
 
 
 def sampler_min_frames(sampler):
@@ -44,7 +44,7 @@ def test_oversized_and_shuffle_jitter_reach_the_sampler_from_the_command_line_an
     sampler = train_sampler(args)
     assert sampler.shuffle_jitter == 0.0 and sampler.oversized == "error"
     # jitter 0: the same groups every epoch (only their order is reshuffled)
-    assert sorted(map(sorted, sampler.batches_for_epoch(1))) == sorted(map(sorted, sampler.batches_for_epoch(2)))
+    assert sorted(map(sorted, [b.keys for b in sampler.planned_batches(1)])) == sorted(map(sorted, [b.keys for b in sampler.planned_batches(2)]))
     assert train_sampler(task_args(data_dir, "--batch_bins", "3000")).shuffle_jitter == 0.5  # default when unset
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump({"oversized": "error", "batch_bins": 30}))

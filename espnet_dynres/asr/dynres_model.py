@@ -13,6 +13,7 @@ from espnet2.asr.espnet_model import ESPnetASRModel
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 from espnet_dynres.asr.step_context import StepContext
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlan
 
 
 class DynResASRModel(ESPnetASRModel):
@@ -24,10 +25,10 @@ class DynResASRModel(ESPnetASRModel):
     subclasses this class and changes only the loss.  What this class adds is
     independent of the loss:
 
-    1. **The plan.**  ``forward(..., speech_frames=(B,) int64)`` (the batch key
-       the ``dynres`` iterator adds) reaches the ``dynres`` frontend as the
-       argument of :meth:`DynResFrontend.features`, which computes exactly
-       those frame counts in a training step (or raises).  Without it (another
+    1. **The plan.**  ``forward(..., batch_plan=BatchPlan)`` (the batch key the ``dynres``
+       iterator adds: frames per utterance and the batch's kind) reaches the ``dynres``
+       frontend whole as the argument of :meth:`DynResFrontend.features`, which computes
+       exactly those frame counts in a training step (or raises).  Without it (another
        ``batch_type``) the frontend applies the policy's batch rule.
     2. **The rates.**  The frontend returns each utterance's frame rate; they
        reach ``specaug: dynres`` as ``frame_rate_ratios`` ``(B,)`` = rate /
@@ -92,7 +93,7 @@ class DynResASRModel(ESPnetASRModel):
         speech_lengths: torch.Tensor,
         text: torch.Tensor,
         text_lengths: torch.Tensor,
-        speech_frames: Optional[torch.Tensor] = None,
+        batch_plan: Optional[BatchPlan] = None,
         **kwargs,
     ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor], torch.Tensor]:
         """ESPnet's forward (frontend, SpecAugment, encoder, CTC/attention loss) with the plan.
@@ -102,8 +103,8 @@ class DynResASRModel(ESPnetASRModel):
                 features when the model has no frontend (``input_size`` set, ``frontend: null``);
                 speech_lengths ``(B,)`` int64 samples (or frames).
             text: ``(B, L_tokens)`` int64 padded with ``ignore_id``; text_lengths ``(B,)`` int64.
-            speech_frames: ``(B,)`` int64 feature frames per utterance planned by
-                ``batch_type: dynres``, or ``None``.
+            batch_plan: the batch's :class:`~espnet_dynres.core.batch_planner.BatchPlan` from
+                ``batch_type: dynres`` (one frame count per utterance), or ``None``.
             kwargs: passed to ESPnet (e.g. ``utt_id``).
 
         Returns:
@@ -114,22 +115,23 @@ class DynResASRModel(ESPnetASRModel):
             in ``train.log`` and plots in ``<exp>/images``.
 
         Raises:
-            ValueError: ``speech_frames`` given with a frontend other than ``dynres``,
-                or not of shape ``(B,)``.
+            ValueError: ``batch_plan`` given with a frontend other than ``dynres``, or not with
+                one frame count per utterance.
         """
-        if speech_frames is not None:
+        if batch_plan is not None:
             if not isinstance(self.frontend, DynResFrontend):
                 raise ValueError(
-                    f"speech_frames (the dynres sampler's plan) needs frontend: dynres, got "
+                    f"batch_plan (the dynres sampler's plan) needs frontend: dynres, got "
                     f"{type(self.frontend).__name__}; set frontend: dynres or use another batch_type."
                 )
-            if speech_frames.shape != speech_lengths.shape:
+            if (len(batch_plan.frames),) != tuple(speech_lengths.shape):
                 raise ValueError(
-                    f"speech_frames must be (B,) like speech_lengths {tuple(speech_lengths.shape)}, got "
-                    f"{tuple(speech_frames.shape)}: the batch's plan does not match its utterances; build batches "
-                    "with the dynres iterator (batch_type: dynres), which adds one planned count per utterance."
+                    f"batch_plan has {len(batch_plan.frames)} frame counts for speech_lengths "
+                    f"{tuple(speech_lengths.shape)}: the batch's plan does not match its utterances; build batches "
+                    "with the dynres iterator (batch_type: dynres), which plans one count per utterance (under "
+                    "several GPUs, train with DDP, asr.sh's default, not DataParallel)."
                 )
-        step = StepContext.for_model(self, speech_frames, kwargs.get("utt_id"))
+        step = StepContext.for_model(self, batch_plan, kwargs.get("utt_id"))
         self._step = step
         try:
             return self.step_forward(step, speech, speech_lengths, text, text_lengths, **kwargs)
@@ -165,7 +167,7 @@ class DynResASRModel(ESPnetASRModel):
             return feats, feats_lengths, None
         assert speech_lengths.dim() == 1, f"speech_lengths must be (B,), got {tuple(speech_lengths.shape)}"
         speech = speech[:, : speech_lengths.max()]  # as ESPnet's _extract_feats (DataParallel padding)
-        out = self.frontend.features(speech, speech_lengths, step.speech_frames, dynamic=step.dynamic)
+        out = self.frontend.features(speech, speech_lengths, step.plan, dynamic=step.dynamic)
         step.fallback = out.fallback
         ratios = None
         step.below_clamp = 0  # at the standard rate (evaluation) nothing is below the clamp
@@ -174,23 +176,26 @@ class DynResASRModel(ESPnetASRModel):
             ratios = out.frame_rates_hz / policy.standard_frame_rate_hz  # (B,)
             step.below_clamp = int(policy.below_clamp(speech_lengths.tolist(), out.feats_lengths.tolist()).sum())
         if step.augment:  # a training forward (ESPnet's condition for its training figures)
-            step.frame_stats = self.frame_rate_stats(speech_lengths, out.feats_lengths, out.frame_rates_hz)
+            padded = out.fallback or (step.plan is not None and step.plan.kind is BatchKind.PADDED)
+            step.frame_stats = self.frame_rate_stats(speech_lengths, out.feats_lengths, out.frame_rates_hz, padded)
         return out.feats, out.feats_lengths, ratios
 
     def frame_rate_stats(
-        self, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor, frame_rates_hz: Optional[torch.Tensor]
+        self, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor, frame_rates_hz: Optional[torch.Tensor],
+        padded: bool,
     ) -> Dict[str, float]:
         """A training batch's frame-rate figures (ESPnet averages them per epoch, weighted by the batch weight).
 
         Args:
             speech_lengths: ``(B,)`` int64 samples; feats_lengths ``(B,)`` int64 frames computed.
             frame_rates_hz: ``(B,)`` Hz per utterance, or ``None`` (a fallback batch, at the standard rate).
+            padded: the batch is planned ``PADDED`` (by the sampler, or by the frontend: a fallback batch).
 
         Returns:
             ``frame_rate_hz``: the mean rate of its utterances (Hz); ``at_min_frame_rate`` /
             ``at_max_frame_rate``: the share of its utterances at the clamp's lowest / highest frame
-            count (:meth:`FrameRatePolicy.frame_count_ranges`); ``padded_batch``: 1 when its
-            utterances have different frame counts (a padded or fallback batch), else 0.
+            count (:meth:`FrameRatePolicy.frame_count_ranges`); ``padded_batch``: 1 for a
+            padded batch (its utterances at different frame counts), else 0.
         """
         policy = self.frontend.policy
         n = speech_lengths.tolist()
@@ -202,7 +207,7 @@ class DynResASRModel(ESPnetASRModel):
             "frame_rate_hz": rate,
             "at_min_frame_rate": sum(a == b for a, b in zip(t, lo.tolist())) / len(t),
             "at_max_frame_rate": sum(a == b for a, b in zip(t, hi.tolist())) / len(t),
-            "padded_batch": float(min(t) != max(t)),
+            "padded_batch": float(padded),
         }
 
     def _extract_feats(
@@ -224,12 +229,12 @@ class DynResASRModel(ESPnetASRModel):
         speech_lengths: torch.Tensor,
         text: torch.Tensor,
         text_lengths: torch.Tensor,
-        speech_frames: Optional[torch.Tensor] = None,
+        batch_plan: Optional[BatchPlan] = None,
         **kwargs,
     ) -> Dict[str, torch.Tensor]:
         """ESPnet's ``collect_feats``: the frontend's features without SpecAugment (collect-stats).
 
-        ``speech_frames`` is accepted and not used: collect-stats runs under ``torch.no_grad()``,
+        ``batch_plan`` is accepted and not used: collect-stats runs under ``torch.no_grad()``,
         i.e. at the standard rate.
         """
         feats, feats_lengths, _ = self.frontend_features(speech, speech_lengths, StepContext.for_model(self))

@@ -7,6 +7,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from espnet_dynres.core.batch_planner import BatchPlan
+
 
 @dataclass
 class StepContext:
@@ -23,7 +25,8 @@ class StepContext:
         dynamic: the frontend gives each utterance its own frame rate (a training step:
             ``model.training`` and autograd on).  Decided here, passed to the frontend.
         augment: SpecAugment applies (``model.training``, ESPnet's own condition).
-        speech_frames: ``(B,)`` int64 feature frames planned by ``batch_type: dynres``, or ``None``.
+        plan: the batch's :class:`~espnet_dynres.core.batch_planner.BatchPlan` from ``batch_type: dynres``,
+            or ``None``.
         utt_ids: the batch's utterance ids (for warnings), or ``None``.
         fallback: the frontend planned the batch itself and found no common frame count.
         below_clamp: utterances computed below ``min_frame_rate_hz``.
@@ -36,7 +39,7 @@ class StepContext:
 
     dynamic: bool
     augment: bool
-    speech_frames: Optional[torch.Tensor] = None
+    plan: Optional[BatchPlan] = None
     utt_ids: Optional[List[str]] = None
     fallback: Optional[bool] = None
     below_clamp: Optional[int] = None
@@ -44,11 +47,11 @@ class StepContext:
     ctc_infeasible: Optional[int] = None
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, speech_frames: Optional[torch.Tensor] = None,
+    def for_model(cls, model: torch.nn.Module, plan: Optional[BatchPlan] = None,
                   utt_ids: Optional[List[str]] = None) -> "StepContext":
         """The context of a forward of ``model`` now: the one place the mode is decided."""
         return cls(dynamic=model.training and torch.is_grad_enabled(), augment=model.training,
-                   speech_frames=speech_frames, utt_ids=None if utt_ids is None else list(utt_ids))
+                   plan=plan, utt_ids=None if utt_ids is None else list(utt_ids))
 
     def frame_rate_stats(self, device: torch.device) -> Dict[str, torch.Tensor]:
         """``frame_rate_fallback``, ``below_clamp`` and :attr:`frame_stats` as ESPnet stats (``(1,)``

@@ -401,12 +401,12 @@ def _audit(args: argparse.Namespace, stdout) -> int:
     if args.batch_type == "dynres":
         print(f"CTC minimum           : {ctc_note}")
         summary["ctc_minimum"] = ctc_note
-        kinds = [kind.value for kind in built.sampler.kinds_for_epoch(args.epoch)]
+        kinds = [b.plan.kind.value for b in built.sampler.planned_batches(args.epoch)]
         summary["batch_kinds"] = {name: kinds.count(name) for name in ("rule", "lowered", "padded")}
         print("batch kinds           : " + ", ".join(f"{k} {n}" for k, n in summary["batch_kinds"].items())
               + " (rule: the batch rule's T; lowered: T lowered to the budget; padded: no common T)")
         planner = built.sampler.planner  # the sampler's own rules
-        over = sum(not planner.within_budget(f) for f in built.sampler.utt_frames_for_epoch(args.epoch))
+        over = sum(not planner.within_budget(b.plan.frames) for b in built.sampler.planned_batches(args.epoch))
         summary["num_over_budget_batches"] = over
         print(f"over-budget batches   : {over} (B x T above batch_bins or B above max_batch_size: oversized "
               "utterances alone, or batches forced to min_batch_size)")

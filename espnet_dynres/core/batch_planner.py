@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -93,6 +93,26 @@ class BatchPlan:
         """``B × max(frames)``: what the batch costs in the budget's unit, padding included."""
         return len(self.frames) * max(self.frames)
 
+    def shard(self, rank: int, world_size: int) -> "BatchPlan":
+        """The plan of this rank's part ``[rank::world_size]`` of the batch (ESPnet's DDP split)."""
+        return BatchPlan(self.frames[rank::world_size], self.kind)
+
+
+class PlannedBatch(NamedTuple):
+    """A batch as the ``dynres`` sampler yields it: its utterance ids and their plan.
+
+    Attributes:
+        keys: utterance ids, in the order of ``plan.frames``.
+        plan: the :class:`BatchPlan`.
+    """
+
+    keys: Tuple[str, ...]
+    plan: BatchPlan
+
+    def shard(self, rank: int, world_size: int) -> "PlannedBatch":
+        """This rank's part ``[rank::world_size]`` of the batch, with its plan."""
+        return PlannedBatch(self.keys[rank::world_size], self.plan.shard(rank, world_size))
+
 
 def evaluation_batch_fits(batch_size: int, longest_cost: int, batch_bins: Optional[int],
                           max_batch_size: Optional[int] = None) -> bool:
@@ -104,7 +124,7 @@ def evaluation_batch_fits(batch_size: int, longest_cost: int, batch_bins: Option
 
 
 def check_plan(policy: FrameRatePolicy, num_samples: Sequence[int], frames: Sequence[int]) -> None:
-    """Check a plan that came with a batch (the iterator's ``speech_frames``) against its utterances:
+    """Check a plan's frames that came with a batch (the iterator's ``batch_plan``) against its utterances:
     one count per utterance, each reachable between ``fallback_frame_rate_hz`` and
     ``max_frame_rate_hz`` (a common ``T`` of a ``RULE`` or ``LOWERED`` batch, or a ``PADDED`` batch's
     own counts).
@@ -115,7 +135,7 @@ def check_plan(policy: FrameRatePolicy, num_samples: Sequence[int], frames: Sequ
     """
     frames = list(frames)
     if len(frames) != len(num_samples):
-        raise ValueError(f"speech_frames has {len(frames)} entries for a batch of {len(num_samples)} utterances "
+        raise ValueError(f"the batch plan has {len(frames)} entries for a batch of {len(num_samples)} utterances "
                          "(the iterator's plan does not match the batch)")
     lo = policy.frame_count_ranges(num_samples, policy.fallback_frame_rate_hz)[0].tolist()
     hi = policy.frame_count_ranges(num_samples)[1].tolist()

@@ -56,7 +56,7 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
     from the transcripts; ``min_batch_size`` = world size under DDP) and a
     :class:`DynResIterFactory` (DDP split ``batch[rank::world_size]``, so
     ``batch_bins`` is the global budget as in ESPnet; the plan travels to the
-    model as batch key ``speech_frames``).  Every other batch type goes to
+    model whole as batch key ``batch_plan``).  Every other batch type goes to
     ESPnet's own method.
 
     Raises:
@@ -92,7 +92,7 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
         shuffle=iter_options.train,
         **optional,
     )
-    sizes = [len(b) for b in sampler.batches_for_epoch(1)]
+    sizes = [len(b.keys) for b in sampler.planned_batches(1)]
     logging.info(f"[{mode}] Batch sampler: {sampler}")
     if iter_options.train:
         numel_sized = numel_sized_budget(sampler, iter_options.shape_files)

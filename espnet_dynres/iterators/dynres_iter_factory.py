@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -12,12 +12,12 @@ from espnet2.iterators.abs_iter_factory import AbsIterFactory
 from espnet2.iterators.sequence_iter_factory import worker_init_fn
 
 from espnet_dynres.glue.data_checks import check_audio_file
+from espnet_dynres.core.batch_planner import PlannedBatch
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
-# Batch key of the sampler's plan, (B,) int64 feature frames per utterance; the name of the
-# speech_frames argument of DynResASRModel.forward (ESPnet passes batch keys as keyword arguments).
-SPEECH_FRAMES_KEY = "speech_frames"
-PlannedItem = Tuple[str, int]  # (utterance id, planned feature frames)
+# Batch key of the sampler's plan (a BatchPlan); the name of the batch_plan argument of
+# DynResASRModel.forward (ESPnet passes batch keys as keyword arguments).
+BATCH_PLAN_KEY = "batch_plan"
 
 
 class CheckedDataset(torch.utils.data.Dataset):
@@ -90,55 +90,53 @@ class CheckedDataset(torch.utils.data.Dataset):
         return len(self.dataset)
 
 
-class PlannedFramesDataset(torch.utils.data.Dataset):
-    """Wraps a dataset: item ``(uid, frames)`` → ``(uid, data)`` with the plan in ``data``."""
+class PlannedBatchDataset(torch.utils.data.Dataset):
+    """One item is one whole batch: a :class:`PlannedBatch` is loaded (each utterance checked,
+    :class:`CheckedDataset`), collated by ESPnet's collate function and given its plan as the batch
+    key ``batch_plan``, once, in one step.
 
-    def __init__(self, dataset):
+    Args:
+        dataset: the checked dataset.
+        collate_fn: ESPnet's collate function (``CommonCollateFn``).
+    """
+
+    def __init__(self, dataset: CheckedDataset, collate_fn: Optional[Callable]):
+        if collate_fn is None:
+            raise ValueError("the dynres iterator needs ESPnet's collate function (CommonCollateFn)")
         self.dataset = dataset
+        self.collate_fn = collate_fn
 
-    def __getitem__(self, item: PlannedItem):
-        uid, frames = item
-        uid, data = self.dataset[uid]
-        data = dict(data)
-        data[SPEECH_FRAMES_KEY] = int(frames)
-        return uid, data
+    def __getitem__(self, batch: PlannedBatch) -> Tuple[List[str], Dict[str, Any]]:
+        uids, data = self.collate_fn([self.dataset[uid] for uid in batch.keys])
+        data[BATCH_PLAN_KEY] = batch.plan
+        return uids, data
 
     def __len__(self) -> int:
         return len(self.dataset)
 
 
-class PlannedFramesCollate:
-    """ESPnet's collate function, plus the batch key ``speech_frames`` ``(B,)`` int64."""
-
-    def __init__(self, collate_fn: Optional[Callable]):
-        self.collate_fn = collate_fn
-
-    def __call__(self, items: Sequence[Tuple[str, Dict[str, Any]]]):
-        frames = [data[SPEECH_FRAMES_KEY] for _, data in items]
-        items = [(uid, {k: v for k, v in data.items() if k != SPEECH_FRAMES_KEY}) for uid, data in items]
-        if self.collate_fn is None:
-            raise ValueError("the dynres iterator needs ESPnet's collate function (CommonCollateFn)")
-        uids, batch = self.collate_fn(items)
-        batch[SPEECH_FRAMES_KEY] = torch.tensor(frames, dtype=torch.long)
-        return uids, batch
+def whole_batch(item):
+    """The DataLoader's collate step for :class:`PlannedBatchDataset`, whose items are batches already."""
+    return item
 
 
 class DynResIterFactory(AbsIterFactory):
     """Builds each epoch's ``DataLoader`` from the sampler's plan for that epoch.
 
     * Training (``train=True``): epoch ``e`` uses
-      :meth:`DynResBatchSampler.batches_for_epoch` ``(e)`` — new composition and
+      :meth:`DynResBatchSampler.planned_batches` ``(e)`` — new composition and
       order, deterministic in ``(seed, e)``, so ``--resume true`` rebuilds the
-      same epoch.  Every item carries its planned frame count, which reaches the
-      model as batch key ``speech_frames`` ``(B,)`` int64; the plan already holds
-      the epoch's resolution curriculum, so nothing else needs the epoch.
+      same epoch.  One DataLoader item is one whole batch (:class:`PlannedBatchDataset`):
+      loaded, collated, and given its :class:`~espnet_dynres.core.batch_planner.BatchPlan`
+      as batch key ``batch_plan``, which reaches the model's ``forward``; the plan already
+      holds the epoch's resolution curriculum, so nothing else needs the epoch.
     * With ``num_iters_per_epoch = n``: the epochs' plans are concatenated into
       one stream (plan 1, plan 2, ...) and epoch ``e`` takes stream items
       ``(e - 1) n`` to ``e n - 1``; every utterance is still seen exactly once per
       plan.
-    * Validation (``train=False``): the sampler's fixed sorted batches, no plan
-      key (the frontend runs at the standard rate in eval mode).
-    * DDP: every batch is split ``batch[rank::world_size]`` (the sampler gives
+    * Validation (``train=False``): the sampler's fixed sorted batches, with their
+      ``STANDARD`` plans (the frontend runs at the standard rate in eval mode).
+    * DDP: every batch and its plan are split ``[rank::world_size]`` (the sampler gives
       every batch ``>= world_size`` utterances), so every rank gets the same
       number of batches and the same ``T``; ``batch_bins`` is the global budget.
 
@@ -184,32 +182,29 @@ class DynResIterFactory(AbsIterFactory):
         self.pin_memory = pin_memory
         self.collate_fn = collate_fn
 
-    def plan_items(self, plan: int) -> List[List[PlannedItem]]:
-        """Global batches of plan ``plan`` as ``(uid, frames)`` items, before sharding."""
-        batches = self.sampler.batches_for_epoch(plan)
-        frames = self.sampler.utt_frames_for_epoch(plan)
-        items = [list(zip(b, f)) for b, f in zip(batches, frames)]
-        return items if self.num_batches is None else items[: self.num_batches]
+    def plan_batches(self, plan: int) -> List[PlannedBatch]:
+        """Global batches of plan ``plan`` (the sampler's epoch ``plan``), before sharding."""
+        batches = self.sampler.planned_batches(plan)
+        return batches if self.num_batches is None else batches[: self.num_batches]
 
-    def epoch_items(self, epoch: int) -> List[List[PlannedItem]]:
+    def epoch_batches(self, epoch: int) -> List[PlannedBatch]:
         """The global batches of training epoch ``epoch`` (1-based), before sharding."""
         n = self.num_iters_per_epoch
         if n is None:
-            return self.plan_items(epoch)
+            return self.plan_batches(epoch)
         start, plan, out = (epoch - 1) * n, 1, []
-        items = self.plan_items(plan)
-        if not items:
+        batches = self.plan_batches(plan)
+        if not batches:
             raise ValueError("the dynres sampler planned no batches (num_batches 0 or no utterances)")
-        while start >= len(items):  # skip whole plans before this epoch's first item
-            start -= len(items)
+        while start >= len(batches):  # skip whole plans before this epoch's first batch
+            start -= len(batches)
             plan += 1
-            items = self.plan_items(plan)
+            batches = self.plan_batches(plan)
         while len(out) < n:
-            take = items[start : start + n - len(out)]
-            out.extend(take)
+            out.extend(batches[start : start + n - len(out)])
             start = 0
             plan += 1
-            items = self.plan_items(plan)
+            batches = self.plan_batches(plan)
         return out
 
     def checked_dataset(self) -> CheckedDataset:
@@ -218,22 +213,13 @@ class DynResIterFactory(AbsIterFactory):
                               self.sampler.policy.fs)
 
     def build_iter(self, epoch: int, shuffle: Optional[bool] = None) -> DataLoader:
-        dataset = self.checked_dataset()
-        common = dict(
+        batches = self.epoch_batches(epoch) if self.train else self.plan_batches(1)
+        return DataLoader(
+            PlannedBatchDataset(self.checked_dataset(), self.collate_fn),
+            sampler=[b.shard(self.rank, self.world_size) for b in batches],
+            batch_size=None,
+            collate_fn=whole_batch,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             worker_init_fn=functools.partial(worker_init_fn, base_seed=epoch + self.seed),
-        )
-        if not self.train:
-            batches = self.sampler.batches_for_epoch(1)
-            if self.num_batches is not None:
-                batches = batches[: self.num_batches]
-            batches = [list(b[self.rank :: self.world_size]) for b in batches]
-            return DataLoader(dataset, batch_sampler=batches, collate_fn=self.collate_fn, **common)
-        batches = [b[self.rank :: self.world_size] for b in self.epoch_items(epoch)]
-        return DataLoader(
-            PlannedFramesDataset(dataset),
-            batch_sampler=batches,
-            collate_fn=PlannedFramesCollate(self.collate_fn),
-            **common,
         )

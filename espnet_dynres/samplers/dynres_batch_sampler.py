@@ -12,7 +12,7 @@ from typeguard import typechecked
 
 from espnet2.samplers.abs_sampler import AbsSampler
 
-from espnet_dynres.core.batch_planner import BatchKind, BatchPlan, BatchPlanner
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlan, BatchPlanner, PlannedBatch
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.glue.data_checks import blank_line_message
 
@@ -110,18 +110,15 @@ class DynResBatchSampler(AbsSampler):
     it even at ``fallback_frame_rate_hz``, alone or in a forced batch) is named once in the plan's
     summary line (``oversized="warn"``) or refused (``"error"``).
 
-    **Output.**  :meth:`batches_for_epoch` gives the batches (utterance ids,
-    in ``sort_in_batch`` order), in random order when ``shuffle`` (else by
-    length, ``sort_batch``); :meth:`plans_for_epoch` their plans; :meth:`frames_for_epoch` the planned ``T`` per
-    batch (``None``: a padded batch, each member at its own lowest frame count);
-    :meth:`kinds_for_epoch` how each batch was planned
-    (:class:`~espnet_dynres.core.batch_planner.BatchKind`: rule, lowered, padded; standard for
-    validation); :meth:`utt_frames_for_epoch` the planned frames per utterance, which the
-    iterator hands to the ``dynres`` frontend so the frontend computes exactly
-    the plan.  Every utterance is in exactly one batch of every epoch; the
-    plan of an epoch depends only on ``(seed, epoch)`` and the shape file.
-    ``__iter__`` gives the batches of the epoch last set with :meth:`set_epoch`
-    (default 1).
+    **Output.**  :meth:`planned_batches` gives the batches of an epoch as lhotse's samplers give
+    cuts: each a :class:`~espnet_dynres.core.batch_planner.PlannedBatch` of utterance ids (in
+    ``sort_in_batch`` order) and their :class:`~espnet_dynres.core.batch_planner.BatchPlan` (frames
+    per utterance and kind: rule, lowered, padded; standard for validation), in random order when
+    ``shuffle`` (else by length, ``sort_batch``).  The iterator hands each plan whole to the model,
+    so the ``dynres`` frontend computes exactly the plan.  Every utterance is in exactly one batch
+    of every epoch; the plan of an epoch depends only on ``(seed, epoch)`` and the shape file.
+    ``__iter__`` gives the ids of each batch of the epoch last set with :meth:`set_epoch`
+    (default 1), as ESPnet's samplers do.
 
     Args:
         batch_bins: frame budget per batch, ``B × T`` (feature frames); under DDP
@@ -216,7 +213,7 @@ class DynResBatchSampler(AbsSampler):
                                     evaluation=not shuffle)
         self._log_samples = np.log(np.maximum(samples, 1).astype(np.float64))
         self._sorted = np.lexsort((np.arange(len(samples)), samples))  # by length, then file order
-        self._cache: Dict[int, Tuple[List[Tuple[str, ...]], List[BatchPlan]]] = {}
+        self._cache: Dict[int, List[PlannedBatch]] = {}
         self._warned: Set[str] = set()
         self._pending: Dict[str, str] = {}  # oversized utterances of the plan being built -> their message
         self._below_clamp: Dict[int, int] = {}  # epoch -> utterances planned below the clamp
@@ -235,61 +232,27 @@ class DynResBatchSampler(AbsSampler):
         """Choose the epoch that ``__iter__`` / ``__len__`` refer to (1-based)."""
         self.epoch = int(epoch)
 
-    def batches_for_epoch(self, epoch: int) -> List[Tuple[str, ...]]:
-        """The batches (tuples of utterance ids) of ``epoch``; deterministic in ``(seed, epoch)``."""
-        return list(self._plan(epoch)[0])
-
-    def plans_for_epoch(self, epoch: int) -> List[BatchPlan]:
-        """The :class:`~espnet_dynres.core.batch_planner.BatchPlan` of every batch of ``epoch``
-        (aligned with :meth:`batches_for_epoch`, frames in the members' order); validation batches
-        (``shuffle=False``) are ``STANDARD``."""
-        return list(self._plan(epoch)[1])
-
-    def frames_for_epoch(self, epoch: int) -> List[Optional[int]]:
-        """Planned ``T`` per batch of ``epoch`` (:attr:`BatchPlan.num_frames`); ``None`` for a padded
-        batch (each member at its own planned count, padded to the longest)."""
-        return [p.num_frames for p in self._plan(epoch)[1]]
-
-    def kinds_for_epoch(self, epoch: int) -> List[BatchKind]:
-        """How each batch of ``epoch`` was planned (:class:`~espnet_dynres.core.batch_planner.BatchKind`)."""
-        return [p.kind for p in self._plan(epoch)[1]]
-
-    def utt_frames_for_epoch(self, epoch: int) -> List[Tuple[int, ...]]:
-        """Planned feature frames per utterance, batch by batch (aligned with :meth:`batches_for_epoch`)."""
-        return [p.frames for p in self._plan(epoch)[1]]
-
-    def num_below_clamp_for_epoch(self, epoch: int) -> int:
-        """How many utterances ``epoch`` plans *below the clamp* (``below_clamp``: fewer frames than
-        ``min_frame_rate_hz`` gives, :meth:`FrameRatePolicy.below_clamp`)."""
-        self._plan(epoch)
-        return self._below_clamp[int(epoch)]
-
-    def num_padded_batches_for_epoch(self, epoch: int) -> int:
-        """How many batches of ``epoch`` are padded batches (:attr:`BatchKind.PADDED` in training: each
-        member at its lowest planned rate, padded to the longest)."""
-        return sum(p.kind is BatchKind.PADDED for p in self._plan(epoch)[1])
-
-    @property
-    def batch_frames(self) -> List[Optional[int]]:
-        return self.frames_for_epoch(self.epoch)
-
-    @property
-    def num_padded_batches(self) -> int:
-        return self.num_padded_batches_for_epoch(self.epoch)
+    def planned_batches(self, epoch: int) -> List[PlannedBatch]:
+        """The batches of ``epoch``, each its utterance ids and their
+        :class:`~espnet_dynres.core.batch_planner.BatchPlan` (frames in the ids' order; ``STANDARD``
+        for validation, ``shuffle=False``); deterministic in ``(seed, epoch)``."""
+        return list(self._plan(epoch))
 
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}(N-batch={len(self)} (epoch {self.epoch}), batch_bins={self.batch_bins}, "
             f"frame rates {self.policy.min_frame_rate_hz:g}-{self.policy.max_frame_rate_hz:g} Hz, "
-            f"shuffle={self.shuffle}, padded batches={self.num_padded_batches}, "
-            f"below_clamp={self.num_below_clamp_for_epoch(self.epoch)} utterances)"
+            f"shuffle={self.shuffle}, padded batches="
+            f"{sum(b.plan.kind is BatchKind.PADDED for b in self._plan(self.epoch))}, "
+            f"below_clamp={self._below_clamp[self.epoch]} utterances)"
         )
 
     def __len__(self) -> int:
-        return len(self._plan(self.epoch)[0])
+        return len(self._plan(self.epoch))
 
     def __iter__(self) -> Iterator[Tuple[str, ...]]:
-        return iter(self.batches_for_epoch(self.epoch))
+        """The utterance ids of each batch of the epoch set with :meth:`set_epoch` (ESPnet's sampler interface)."""
+        return iter([b.keys for b in self._plan(self.epoch)])
 
     # ------------------------------------------------------------ planning
     def _order(self, epoch: int) -> np.ndarray:
@@ -408,8 +371,8 @@ class DynResBatchSampler(AbsSampler):
             if self.sort_batch == "descending":
                 perm.reverse()
         step = -1 if self.sort_in_batch == "descending" else 1
-        batches = [tuple(self.keys[i] for i in groups[j][::step]) for j in perm]
-        ordered = [BatchPlan(tuple(plans[j].frames[::step]), plans[j].kind) for j in perm]
+        batches = [PlannedBatch(tuple(self.keys[i] for i in groups[j][::step]),
+                                BatchPlan(tuple(plans[j].frames[::step]), plans[j].kind)) for j in perm]
         if self.shuffle:
             flat = [i for g in groups for i in g]
             flat_frames = [c for p in plans for c in p.frames]
@@ -420,5 +383,5 @@ class DynResBatchSampler(AbsSampler):
         self._summarize(epoch, below)
         if len(self._cache) >= 4:
             self._cache.pop(next(iter(self._cache)))
-        self._cache[epoch] = (batches, ordered)
-        return self._cache[epoch]
+        self._cache[epoch] = batches
+        return batches

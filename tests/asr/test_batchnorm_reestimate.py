@@ -11,7 +11,7 @@ import torch
 from espnet_dynres.asr import batchnorm_reestimate
 from espnet_dynres.asr.batchnorm_reestimate import batchnorm_layers, encoder_blocks, reestimate_batchnorm
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import (TINY_ENCODER_REDUCTION_LENGTH, build_tiny_model_and_reestimate, pad_batch, random_text,
+from factory import (TINY_ENCODER_REDUCTION_LENGTH, build_tiny_model_and_reestimate, pad_batch, plan_of, random_text,
                      real_utterances, write_shape_files)
 from float_tolerance import assert_close_float32
 
@@ -36,7 +36,7 @@ def train_step(model, reestimate, batch, speech_frames=None):
     speech, lengths, text, text_lengths = batch
     model.train()
     with reestimate.collecting(model):
-        loss, _, _ = model(speech, lengths, text.clone(), text_lengths, speech_frames=speech_frames)
+        loss, _, _ = model(speech, lengths, text.clone(), text_lengths, batch_plan=None if speech_frames is None else plan_of(speech_frames))
     loss.backward()
     return float(loss.detach())
 
@@ -128,7 +128,7 @@ def test_the_re_estimate_of_long_utterances_costs_no_more_than_validating_them()
         shape_files, _ = write_shape_files(Path(tmp), [w.numel() for w in wavs])
         valid = DynResBatchSampler(batch_bins=valid_bins, shape_files=shape_files, policy=model.frontend.policy,
                                    shuffle=False)
-        valid_frames = max(p.cost_frames for p in valid.plans_for_epoch(1))
+        valid_frames = max(p.cost_frames for p in [b.plan for b in valid.planned_batches(1)])
     long_frames = model.frontend.policy.standard_frame_count(min(w.numel() for w in long_))
     assert 16 * long_frames > valid_frames  # what a fixed batch of 16 would have encoded
     assert calls and max(b * t for b, t in calls) <= valid_frames

@@ -6,9 +6,9 @@ import torch
 from espnet2.tasks.asr import ASRTask
 
 from espnet_dynres.asr.dynres_model import DynResASRModel
-from espnet_dynres.iterators.dynres_iter_factory import SPEECH_FRAMES_KEY
+from espnet_dynres.iterators.dynres_iter_factory import BATCH_PLAN_KEY
 from espnet_dynres.glue.config_checks import check_sampler_arguments
-from factory import build_tiny_model, pad_batch, random_text, real_utterances, tiny_asr_args
+from factory import build_tiny_model, pad_batch, plan_of, random_text, real_utterances, tiny_asr_args
 from float_tolerance import assert_close_float32
 
 pytestmark = pytest.mark.numeric  # float results: .ci/run runs them again at another thread count
@@ -39,7 +39,7 @@ def test_espnet_loss_or_per_token_loss_computes_exactly_the_planned_frames(batch
     highest = min(model.frontend.policy.frame_count_range(int(n))[1] for n in lengths)
     assert highest > int(rule[0])  # a different T is reachable, so the test can tell plan from rule
     plan = torch.full((3,), highest, dtype=torch.long)
-    loss, stats, _ = model(speech, lengths, text.clone(), text_lengths, speech_frames=plan, utt_id=["a", "b", "c"])
+    loss, stats, _ = model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of(plan), utt_id=["a", "b", "c"])
     assert seen[-1] == [highest] * 3 and torch.isfinite(loss)
     assert float(stats["frame_rate_fallback"]) == 0.0
     model(speech, lengths, text.clone(), text_lengths)  # without a plan: the policy's rule
@@ -49,8 +49,8 @@ def test_espnet_loss_or_per_token_loss_computes_exactly_the_planned_frames(batch
 def test_the_batch_key_is_the_models_argument():
     import inspect
 
-    assert SPEECH_FRAMES_KEY in inspect.signature(DynResASRModel.forward).parameters
-    assert SPEECH_FRAMES_KEY in inspect.signature(DynResASRModel.collect_feats).parameters
+    assert BATCH_PLAN_KEY in inspect.signature(DynResASRModel.forward).parameters
+    assert BATCH_PLAN_KEY in inspect.signature(DynResASRModel.collect_feats).parameters
 
 
 def test_model_dynres_is_espnets_model_and_loss(batch):
@@ -81,8 +81,8 @@ def test_specaug_gets_the_frontends_rates_as_an_argument(batch):
         lambda m, args, kwargs: calls.append(kwargs.get("frame_rate_ratios")), with_kwargs=True
     )
     plan = model.frontend.frame_counts(lengths)[0]
-    model(speech, lengths, text.clone(), text_lengths, speech_frames=plan)
-    expected = model.frontend.features(speech, lengths, plan).frame_rates_hz / 100.0  # the frontend's own rates
+    model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of(plan))
+    expected = model.frontend.features(speech, lengths, plan_of(plan)).frame_rates_hz / 100.0  # the frontend's own rates
     # the same float32 rates divided by the same 100.0: bit-identical
     assert len(calls) == 1 and torch.equal(calls[0], expected) and float(expected.max() - expected.min()) > 0.01
     model.eval()
@@ -96,10 +96,10 @@ def test_no_plan_outlives_its_forward(batch):
     speech, lengths, text, text_lengths = batch
     model = build_tiny_model(model="dynres").train()
     highest = min(model.frontend.policy.frame_count_range(int(n))[1] for n in lengths)
-    model(speech, lengths, text.clone(), text_lengths, speech_frames=torch.full((3,), highest))
+    model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of([highest] * 3))
     assert model._step is None
     with pytest.raises(ValueError, match="same frontend_conf"):
-        model(speech, lengths, text.clone(), text_lengths, speech_frames=torch.full((3,), 10**6))
+        model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of([10**6] * 3))
     assert model._step is None
     seen = encoder_input_lengths(model)
     model(speech, lengths, text.clone(), text_lengths)
@@ -109,11 +109,11 @@ def test_no_plan_outlives_its_forward(batch):
 def test_a_plan_for_the_wrong_batch_or_frontend_is_refused(batch):
     speech, lengths, text, text_lengths = batch
     model = build_tiny_model(model="dynres").train()
-    with pytest.raises(ValueError, match=r"speech_frames must be \(B,\)"):
-        model(speech, lengths, text.clone(), text_lengths, speech_frames=torch.tensor([100, 100]))
+    with pytest.raises(ValueError, match=r"batch_plan has 2 frame counts for speech_lengths \(3,\)"):
+        model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of([100, 100]))
     plain = build_tiny_model(model="dynres", frontend="default", frontend_conf={"n_mels": 20}).train()
     with pytest.raises(ValueError, match="needs frontend: dynres"):
-        plain(speech, lengths, text.clone(), text_lengths, speech_frames=torch.tensor([100, 100, 100]))
+        plain(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of([100, 100, 100]))
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_espnets_loss_on_the_dynres_iterators_batches_computes_the_planned_frame
     for epoch in (1, 3):
         for _, batch in factory.build_iter(epoch):
             model(**batch)
-            assert seen[-1] == batch[SPEECH_FRAMES_KEY].tolist()  # exactly the plan
+            assert seen[-1] == list(batch[BATCH_PLAN_KEY].frames)  # exactly the plan
             planned[epoch] = planned.get(epoch, 0) + sum(seen[-1])
             rule[epoch] = rule.get(epoch, 0) + int(model.frontend.frame_counts(batch["speech_lengths"])[0].sum())
     assert planned[3] == rule[3]  # after the curriculum: the policy's rule
@@ -193,14 +193,14 @@ def test_a_training_step_reports_its_frame_rates_and_validation_does_not(batch, 
     model = build_tiny_model(model=model_name).train()
     policy = model.frontend.policy
     lo = max(policy.frame_count_range(int(n))[0] for n in lengths)  # the longest member at the clamp's low end
-    _, stats, _ = model(speech, lengths, text.clone(), text_lengths, speech_frames=torch.full((3,), lo))
+    _, stats, _ = model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of([lo] * 3))
     rates = [policy.frame_rate_hz(int(n), lo) for n in lengths]
     # the mean of the frontend's float32 rates: each rounded once from the float64 policy value
     assert_close_float32(float(stats["frame_rate_hz"]), sum(rates) / 3, reduction_length=1)
     lows = sum(policy.frame_count_range(int(n))[0] == lo for n in lengths)
     assert float(stats["at_min_frame_rate"]) == pytest.approx(lows / 3) and lows >= 1
     assert float(stats["at_max_frame_rate"]) == 0.0 and float(stats["padded_batch"]) == 0.0
-    _, stats, _ = model(speech, lengths, text.clone(), text_lengths, speech_frames=torch.tensor(
+    _, stats, _ = model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of(
         [policy.frame_count_range(int(n))[0] for n in lengths]))  # each at its own lowest count: padded
     assert float(stats["padded_batch"]) == 1.0
     with torch.no_grad():

@@ -224,8 +224,8 @@ def test_audit_and_training_plan_the_same_batches_with_repeated_tokens(tmp_path)
 
     args = task_args(data, "--batch_bins", budget, "--output_dir", str(tmp_path / "exp"))
     sampler = ASRTask.build_iter_factory(args, DistributedOption(distributed=False), mode="train").sampler
-    training = {"batches": [list(b) for b in sampler.batches_for_epoch(1)], "frames": sampler.frames_for_epoch(1),
-                "utt_frames": [list(f) for f in sampler.utt_frames_for_epoch(1)]}
+    training = {"batches": [list(b) for b in [b.keys for b in sampler.planned_batches(1)]], "frames": [b.plan.num_frames for b in sampler.planned_batches(1)],
+                "utt_frames": [list(f) for f in [b.plan.frames for b in sampler.planned_batches(1)]]}
 
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump({"batch_type": "dynres", "batch_bins": int(budget), "frontend": "dynres",

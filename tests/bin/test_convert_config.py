@@ -118,5 +118,5 @@ def test_a_budget_the_clamp_never_reaches_is_lowered_to_one_that_binds(tmp_path,
     policy = build_policy(parse_args(["--config", str(tmp_path / "train_asr_dynres.yaml"), "--speech_shape", shapes[0]]))
     sampler = DynResBatchSampler(batch_bins=new["batch_bins"], shape_files=shapes, policy=policy)
     assert numel_sized_budget(sampler, shapes) is None
-    fullest = max(len(f) * max(f) for f in sampler.utt_frames_for_epoch(1))
+    fullest = max(len(f) * max(f) for f in [b.plan.frames for b in sampler.planned_batches(1)])
     assert fullest >= 0.5 * new["batch_bins"]

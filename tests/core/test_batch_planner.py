@@ -84,7 +84,7 @@ def test_the_sampler_closes_a_batch_only_when_the_next_utterance_would_not_join(
     # The sampler fills batches in length order, ties by file order (shuffle_jitter 0): order the
     # batches and pick "the next utterance" the same way.
     fill_rank = {k: (n, i) for i, (k, n) in enumerate(utt2samples.items())}
-    batches = sorted(sampler.batches_for_epoch(1), key=lambda b: min(fill_rank[k] for k in b))
+    batches = sorted([b.keys for b in sampler.planned_batches(1)], key=lambda b: min(fill_rank[k] for k in b))
     for batch, nxt in zip(batches, batches[1:]):
         members = sorted(utt2samples[k] for k in batch)
         grown = members + [min(fill_rank[k] for k in nxt)[0]]  # the next utterance in fill order

@@ -7,6 +7,7 @@ import pytest
 import torch
 from espnet2.train.collate_fn import CommonCollateFn
 
+from espnet_dynres.core.batch_planner import BatchKind
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.iterators.dynres_iter_factory import DynResIterFactory
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
@@ -50,12 +51,10 @@ def test_every_utterance_once_and_the_plan_reaches_the_batch(tmp_path):
     factory, utt2samples = make_factory(tmp_path)
     for epoch in (1, 2):
         seen = collections.Counter()
-        plan = dict(zip(map(frozenset, factory.sampler.batches_for_epoch(epoch)),
-                        factory.sampler.utt_frames_for_epoch(epoch)))
+        plan = {frozenset(b.keys): b.plan for b in factory.sampler.planned_batches(epoch)}
         for uids, batch in epoch_batches(factory, epoch):
             seen.update(uids)
-            assert batch["speech_frames"].dtype == torch.long and batch["speech_frames"].shape == (len(uids),)
-            assert sorted(batch["speech_frames"].tolist()) == sorted(plan[frozenset(uids)])
+            assert batch["batch_plan"] == plan[frozenset(uids)]  # whole: frames in the ids' order, and kind
             assert batch["speech_lengths"].tolist() == [utt2samples[u] for u in uids]
         assert set(seen) == set(utt2samples) and set(seen.values()) == {1}
 
@@ -64,10 +63,10 @@ def test_rebuilt_factory_gives_the_same_epoch(tmp_path):
     # --resume true builds a new factory and asks for the interrupted epoch.
     first, _ = make_factory(tmp_path, seed=3)
     again, _ = make_factory(tmp_path, seed=3)
-    a = [(u, b["speech_frames"].tolist()) for u, b in epoch_batches(first, 4)]
-    b = [(u, b["speech_frames"].tolist()) for u, b in epoch_batches(again, 4)]
+    a = [(u, b["batch_plan"]) for u, b in epoch_batches(first, 4)]
+    b = [(u, b["batch_plan"]) for u, b in epoch_batches(again, 4)]
     assert a == b
-    assert a != [(u, b["speech_frames"].tolist()) for u, b in epoch_batches(first, 5)]
+    assert a != [(u, b["batch_plan"]) for u, b in epoch_batches(first, 5)]
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -78,20 +77,24 @@ def test_ddp_ranks_get_equal_batch_counts_with_the_same_frame_count(tmp_path, wo
     assert set(union.values()) == {1} and len(union) == 80
     for steps in zip(*shards):
         assert all(len(uids) >= 1 for uids, _ in steps)
-        frames = {t for _, batch in steps for t in batch["speech_frames"].tolist()}
+        frames = {t for _, batch in steps for t in batch["batch_plan"].frames}
         assert len(frames) == 1  # one T across ranks (no fallback batch in this corpus)
+        assert all(len(batch["batch_plan"].frames) == len(uids) for uids, batch in steps)  # each rank's own part
 
 
 def test_num_iters_per_epoch_streams_the_plans(tmp_path):
     factory, _ = make_factory(tmp_path, num_iters_per_epoch=7)
-    plans = factory.plan_items(1) + factory.plan_items(2) + factory.plan_items(3)
-    stream = [factory.epoch_items(e) for e in range(1, 1 + len(plans) // 7)]
+    plans = factory.plan_batches(1) + factory.plan_batches(2) + factory.plan_batches(3)
+    stream = [factory.epoch_batches(e) for e in range(1, 1 + len(plans) // 7)]
     assert all(len(s) == 7 for s in stream)
     assert sum(stream, []) == plans[: 7 * len(stream)]
 
 
-def test_validation_is_fixed_and_carries_no_plan(tmp_path):
-    factory, _ = make_factory(tmp_path, train=False)
+def test_validation_is_fixed_and_carries_standard_plans(tmp_path):
+    factory, utt2samples = make_factory(tmp_path, train=False)
     a, b = epoch_batches(factory, 1), epoch_batches(factory, 2)
     assert [u for u, _ in a] == [u for u, _ in b]
-    assert all("speech_frames" not in batch for _, batch in a)
+    hop = factory.sampler.policy.hop_length
+    for uids, batch in a:
+        assert batch["batch_plan"].kind is BatchKind.STANDARD
+        assert batch["batch_plan"].frames == tuple(1 + utt2samples[u] // hop for u in uids)

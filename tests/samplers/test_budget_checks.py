@@ -15,7 +15,7 @@ from espnet_dynres import batch_audit
 from espnet_dynres.bin import audit_batches
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import task_args, write_data_dir, write_shape_files
+from factory import plan_of, planned_below_clamp, task_args, write_data_dir, write_shape_files
 
 POLICY = FrameRatePolicy()
 
@@ -39,7 +39,7 @@ def test_a_numel_sized_budget_is_named_with_the_dynres_value_of_the_same_audio_p
                                       batch_bins=200000).epoch1
     numel_sec = batch_audit.mean_audio_per_batch_sec(numel, sampler.utt2samples, 16000)
     dyn = sampler.with_batch_bins(suggested)
-    dyn_sec = batch_audit.mean_audio_per_batch_sec(dyn.batches_for_epoch(1), sampler.utt2samples, 16000)
+    dyn_sec = batch_audit.mean_audio_per_batch_sec([b.keys for b in dyn.planned_batches(1)], sampler.utt2samples, 16000)
     assert abs(dyn_sec / numel_sec - 1) < 0.1
     assert suggested < 200000 / 50  # the frames of numel's audio, not its samples
 
@@ -55,11 +55,11 @@ def test_a_budget_too_small_gives_one_summary_line_and_counts_below_clamp(tmp_pa
     shape_files, _ = write_shape_files(tmp_path, [int(d * 16000) for d in durations])
     with caplog.at_level(logging.INFO):
         sampler = DynResBatchSampler(batch_bins=30, shape_files=shape_files, policy=POLICY)
-        sampler.batches_for_epoch(2)
+        [b.keys for b in sampler.planned_batches(2)]
     summaries = [r for r in caplog.records if "below the clamp" in r.getMessage()]
     assert len(summaries) == 1 and summaries[0].levelno == logging.WARNING  # one line, not one per utterance
     message = summaries[0].getMessage()
-    below = sampler.num_below_clamp_for_epoch(1)
+    below = planned_below_clamp(sampler, 1)
     lowest_in_clamp = max(POLICY.frame_count_range(int(d * 16000))[0] for d in durations)
     assert f"{below} of 60 utterances planned below the clamp" in message
     assert f"smallest batch_bins that keeps every utterance inside the clamp is {lowest_in_clamp}" in message
@@ -68,8 +68,8 @@ def test_a_budget_too_small_gives_one_summary_line_and_counts_below_clamp(tmp_pa
     # the smallest budget it names keeps every utterance inside the clamp
     caplog.clear()
     inside = sampler.with_batch_bins(lowest_in_clamp)
-    assert inside.num_below_clamp_for_epoch(1) == 0 and inside.num_below_clamp_for_epoch(3) == 0
-    assert sampler.with_batch_bins(lowest_in_clamp - 1).num_below_clamp_for_epoch(1) >= 1
+    assert planned_below_clamp(inside, 1) == 0 and planned_below_clamp(inside, 3) == 0
+    assert planned_below_clamp(sampler.with_batch_bins(lowest_in_clamp - 1), 1) >= 1
 
 
 def test_below_clamp_is_the_one_definition_in_sampler_audit_and_training_stat(tmp_path, capsys):
@@ -79,16 +79,16 @@ def test_below_clamp_is_the_one_definition_in_sampler_audit_and_training_stat(tm
     shape_files, _ = write_shape_files(tmp_path, [w.numel() for w in wavs])
     bins = 60  # under every utterance's frames at 70 Hz (1.3-2 s: 90-140): each alone, below the clamp
     sampler = DynResBatchSampler(batch_bins=bins, shape_files=shape_files, policy=POLICY)
-    assert sampler.num_below_clamp_for_epoch(1) == 3
+    assert planned_below_clamp(sampler, 1) == 3
     audit_batches.main(["--batch_type", "dynres", "--batch_bins", str(bins), "--speech_shape", shape_files[0],
                         "--hop_length", "160"])
     assert "below_clamp           : 3 of 3 utterances" in capsys.readouterr().out
     model = build_tiny_model(model="token_normalized")
     batch = dict(zip(sampler.keys, wavs))
-    for keys, frames in zip(sampler.batches_for_epoch(1), sampler.utt_frames_for_epoch(1)):
+    for keys, frames in zip([b.keys for b in sampler.planned_batches(1)], [b.plan.frames for b in sampler.planned_batches(1)]):
         speech, lengths = pad_batch([batch[k] for k in keys])
         text, text_lengths = random_text(len(keys), 2)
         model.train()
-        _, stats, _ = model(speech, lengths, text, text_lengths, speech_frames=torch.tensor(frames))
+        _, stats, _ = model(speech, lengths, text, text_lengths, batch_plan=plan_of(frames))
         assert float(stats["below_clamp"]) == len(keys)
     assert RECIPE_FRONTEND["hop_length"] == POLICY.hop_length

@@ -43,8 +43,9 @@ def test_no_recipe_training_utterance_becomes_ctc_infeasible(tmp_path):
     )
     utt2samples = dict(zip(renamed, samples))
     lowered = 0
-    for batch, t in zip(sampler, sampler.batch_frames):
-        for k in batch:
+    for batch in sampler.planned_batches(1):
+        t = batch.plan.num_frames
+        for k in batch.keys:
             assert encoder_frames(t, input_layer) >= need[k], (renamed[k], t, need[k])
             lowered += t < frontend.policy.standard_frame_count(utt2samples[k])
     assert lowered > len(keys) // 4  # rates really were lowered for many utterances
@@ -56,7 +57,7 @@ def test_sampler_raises_the_rate_when_the_transcript_needs_it(tmp_path):
     policy = DynResFrontend(**RECIPE_FRONTEND).policy
     free = DynResBatchSampler(batch_bins=10000, shape_files=shape_files, policy=policy)
     assert len(free) == 1  # grouped: the 2.0 s utterance goes down to ~T frames
-    t = free.batch_frames[0]
+    t = free.planned_batches(1)[0].plan.num_frames
     dense = {"utt000000": t + 5, "utt000001": 1}  # the longer one would be lowered below its need
     safe = DynResBatchSampler(batch_bins=10000, shape_files=shape_files, policy=policy, utt2min_frames=dense)
     assert len(safe) == 2  # not grouped: each keeps its standard rate

@@ -27,7 +27,7 @@ def shapes(tmp_path_factory):
 
 def _rates(sampler, utt2samples, epoch):
     rates, durations = [], []
-    for batch, frames in zip(sampler.batches_for_epoch(epoch), sampler.utt_frames_for_epoch(epoch)):
+    for batch, frames in zip([b.keys for b in sampler.planned_batches(epoch)], [b.plan.frames for b in sampler.planned_batches(epoch)]):
         for key, t in zip(batch, frames):
             rates.append(sampler.policy.frame_rate_hz(utt2samples[key], t))
             durations.append(utt2samples[key] / 16000)
@@ -48,15 +48,15 @@ def test_each_batch_gets_one_frame_count_near_its_drawn_rate_within_the_budget(s
     sampler = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=DRAWN, seed=7)
     again = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=DRAWN, seed=7)
     for epoch in (1, 2):
-        batches = sampler.batches_for_epoch(epoch)
+        batches = [b.keys for b in sampler.planned_batches(epoch)]
         assert sorted(k for b in batches for k in b) == sorted(utt2samples)  # every utterance once
-        assert batches == again.batches_for_epoch(epoch)
-        assert sampler.utt_frames_for_epoch(epoch) == again.utt_frames_for_epoch(epoch)
-        for frames in sampler.utt_frames_for_epoch(epoch):
+        assert batches == [b.keys for b in again.planned_batches(epoch)]
+        assert [b.plan.frames for b in sampler.planned_batches(epoch)] == [b.plan.frames for b in again.planned_batches(epoch)]
+        for frames in [b.plan.frames for b in sampler.planned_batches(epoch)]:
             assert len(set(frames)) == 1 and len(frames) * frames[0] <= 4000
-    assert sampler.batches_for_epoch(1) != sampler.batches_for_epoch(2)
+    assert [b.keys for b in sampler.planned_batches(1)] != [b.keys for b in sampler.planned_batches(2)]
     other_seed = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=DRAWN, seed=8)
-    assert other_seed.utt_frames_for_epoch(1) != sampler.utt_frames_for_epoch(1)
+    assert [b.plan.frames for b in other_seed.planned_batches(1)] != [b.plan.frames for b in sampler.planned_batches(1)]
 
 
 def test_rates_spread_over_the_range_and_stop_following_duration(shapes):
@@ -72,7 +72,7 @@ def test_rates_spread_over_the_range_and_stop_following_duration(shapes):
     # targets dominate: an utterance's rate tells little about its duration.
     keys = sorted(utt2samples)
     rate_by_key = {}
-    for batch, frames in zip(drawn.batches_for_epoch(1), drawn.utt_frames_for_epoch(1)):
+    for batch, frames in zip([b.keys for b in drawn.planned_batches(1)], [b.plan.frames for b in drawn.planned_batches(1)]):
         for key, t in zip(batch, frames):
             rate_by_key[key] = DRAWN.frame_rate_hz(utt2samples[key], t)
     dur = np.array([utt2samples[k] for k in keys], dtype=float)
@@ -83,15 +83,15 @@ def test_validation_plans_are_unchanged(shapes):
     shape_files, _ = shapes
     plain = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy(), shuffle=False)
     drawn = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=DRAWN, shuffle=False)
-    assert drawn.batches_for_epoch(1) == plain.batches_for_epoch(1)
-    assert drawn.utt_frames_for_epoch(1) == plain.utt_frames_for_epoch(1)
+    assert [b.keys for b in drawn.planned_batches(1)] == [b.keys for b in plain.planned_batches(1)]
+    assert [b.plan.frames for b in drawn.planned_batches(1)] == [b.plan.frames for b in plain.planned_batches(1)]
 
 
 def test_without_a_range_the_plan_is_the_default_one(shapes):
     shape_files, _ = shapes
     a = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy())
     b = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy(target_frame_rate_range_hz=None))
-    assert a.utt_frames_for_epoch(3) == b.utt_frames_for_epoch(3)
+    assert [b.plan.frames for b in a.planned_batches(3)] == [b.plan.frames for b in b.planned_batches(3)]
 
 
 def test_rate_histogram_counts_every_utterance_in_ten_hertz_bins():

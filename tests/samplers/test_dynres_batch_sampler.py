@@ -13,7 +13,7 @@ from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.core.batch_planner import BatchKind
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import RECIPE_FRONTEND, write_shape_files
+from factory import RECIPE_FRONTEND, plan_of, write_shape_files
 
 POLICY = FrameRatePolicy()
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -37,8 +37,8 @@ def lone_frames(num_samples, batch_bins):
        batch_fill=st.sampled_from(["nearest", "below"]))
 def test_each_utterance_once_per_epoch_and_budget_kept(tmp_path, durations, batch_bins, epoch, seed, batch_fill):
     sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, seed=seed, batch_fill=batch_fill)
-    batches, frames = sampler.batches_for_epoch(epoch), sampler.frames_for_epoch(epoch)
-    kinds = sampler.kinds_for_epoch(epoch)
+    batches, frames = [b.keys for b in sampler.planned_batches(epoch)], [b.plan.num_frames for b in sampler.planned_batches(epoch)]
+    kinds = [b.plan.kind for b in sampler.planned_batches(epoch)]
     counts = collections.Counter(k for batch in batches for k in batch)
     assert set(counts) == set(utt2samples) and set(counts.values()) == {1}
     for batch, planned, kind in zip(batches, frames, kinds):
@@ -65,10 +65,10 @@ def test_nearest_fill_joins_an_utterance_that_overshoots_less_than_the_room_left
     # with them inside the 70-130 Hz clamp and stays alone.
     durations = [36.0, 36.5, 10.0]
     sampler, _ = build(tmp_path, durations, batch_bins=7200, shuffle_jitter=0.0, batch_fill="nearest")
-    assert sorted(map(len, sampler.batches_for_epoch(1))) == [1, 2]
-    assert sorted(sampler.frames_for_epoch(1)) == [1001, 3600]
+    assert sorted(map(len, [b.keys for b in sampler.planned_batches(1)])) == [1, 2]
+    assert sorted([b.plan.num_frames for b in sampler.planned_batches(1)]) == [1001, 3600]
     old, _ = build(tmp_path, durations, batch_bins=7200, shuffle_jitter=0.0)  # default: below
-    assert sorted(map(len, old.batches_for_epoch(1))) == [1, 1, 1]
+    assert sorted(map(len, [b.keys for b in old.planned_batches(1)])) == [1, 1, 1]
 
 
 def test_nearest_fill_lifts_the_underfilled_steps_of_long_form_audio(tmp_path):
@@ -80,7 +80,7 @@ def test_nearest_fill_lifts_the_underfilled_steps_of_long_form_audio(tmp_path):
     audio, fill = {}, {}
     for mode in ("nearest", "below"):
         sampler, utt2samples = build(tmp_path, durations, batch_bins=8000, batch_fill=mode)
-        batches, frames = sampler.batches_for_epoch(1), sampler.frames_for_epoch(1)
+        batches, frames = [b.keys for b in sampler.planned_batches(1)], [b.plan.num_frames for b in sampler.planned_batches(1)]
         audio[mode] = np.array([sum(utt2samples[k] for k in b) / 16000 for b in batches])
         fill[mode] = np.mean([len(b) * t / 8000 for b, t in zip(batches, frames)])
     assert np.percentile(audio["nearest"], 5) > 1.1 * np.percentile(audio["below"], 5)
@@ -96,10 +96,10 @@ def test_same_seed_and_epoch_same_batches_other_epoch_other_batches(tmp_path, du
     # partition is free to change (with forced groups, e.g. 0.5 s next to 1 s clips, it may not).
     a, _ = build(tmp_path, durations, batch_bins=batch_bins, seed=seed)
     b, _ = build(tmp_path, durations, batch_bins=batch_bins, seed=seed)
-    assert a.batches_for_epoch(3) == b.batches_for_epoch(3)
-    assert a.utt_frames_for_epoch(3) == b.utt_frames_for_epoch(3)
+    assert [b.keys for b in a.planned_batches(3)] == [b.keys for b in b.planned_batches(3)]
+    assert [b.plan.frames for b in a.planned_batches(3)] == [b.plan.frames for b in b.planned_batches(3)]
     # A fresh draw each epoch: 40+ utterances in >= 3 budget-limited batches.
-    composition = [set(map(frozenset, a.batches_for_epoch(e))) for e in (1, 2, 3, 4)]
+    composition = [set(map(frozenset, [b.keys for b in a.planned_batches(e)])) for e in (1, 2, 3, 4)]
     assert len({frozenset(c) for c in composition}) > 1
 
 
@@ -108,20 +108,20 @@ def test_same_seed_and_epoch_same_batches_other_epoch_other_batches(tmp_path, du
        epoch=st.integers(1, 4))
 def test_ddp_min_batch_size(tmp_path, durations, batch_bins, world_size, epoch):
     sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, min_batch_size=world_size)
-    batches = sampler.batches_for_epoch(epoch)
+    batches = [b.keys for b in sampler.planned_batches(epoch)]
     assert sorted(k for b in batches for k in b) == sorted(utt2samples)
     if len(utt2samples) >= world_size:
         assert min(len(b) for b in batches) >= world_size  # every rank gets >= 1 utterance
-    for batch, planned in zip(batches, sampler.frames_for_epoch(epoch)):
+    for batch, planned in zip(batches, [b.plan.num_frames for b in sampler.planned_batches(epoch)]):
         if planned is not None and len(batch) * planned > batch_bins:
             assert len(batch) < 2 * world_size  # only forced batches (<= 1 utterance per rank + leftovers)
 
 
 def test_validation_batches_are_fixed_and_sorted(tmp_path):
     sampler, utt2samples = build(tmp_path, [0.5 + 0.1 * i for i in range(60)], batch_bins=1500, shuffle=False)
-    assert sampler.batches_for_epoch(1) == sampler.batches_for_epoch(2)
-    assert set(sampler.kinds_for_epoch(1)) == {BatchKind.STANDARD}
-    longest = [max(utt2samples[k] for k in b) for b in sampler.batches_for_epoch(1)]
+    assert [b.keys for b in sampler.planned_batches(1)] == [b.keys for b in sampler.planned_batches(2)]
+    assert set([b.plan.kind for b in sampler.planned_batches(1)]) == {BatchKind.STANDARD}
+    longest = [max(utt2samples[k] for k in b) for b in [b.keys for b in sampler.planned_batches(1)]]
     assert longest == sorted(longest)
 
 
@@ -131,9 +131,9 @@ def test_validation_batches_keep_the_budget_at_their_padded_standard_rate_cost(t
 
     durations = np.exp(np.random.default_rng(0).normal(np.log(3.0), 0.8, 400)).clip(0.2, 25.0).tolist()
     sampler, utt2samples = build(tmp_path, durations, batch_bins=3000, shuffle=False)
-    batches = sampler.batches_for_epoch(1)
+    batches = [b.keys for b in sampler.planned_batches(1)]
     assert sorted(k for b in batches for k in b) == sorted(utt2samples)
-    for batch, padded in zip(batches, sampler.frames_for_epoch(1)):
+    for batch, padded in zip(batches, [b.plan.num_frames for b in sampler.planned_batches(1)]):
         std = [POLICY.standard_frame_count(utt2samples[k]) for k in batch]
         assert padded == max(std)
         assert len(batch) * padded <= 3000 or (len(batch) == 1 and padded > 3000)
@@ -142,7 +142,7 @@ def test_validation_batches_keep_the_budget_at_their_padded_standard_rate_cost(t
 
 def test_max_batch_size(tmp_path):
     sampler, _ = build(tmp_path, [1.0] * 50, batch_bins=100000, max_batch_size=7)
-    assert max(len(b) for b in sampler.batches_for_epoch(1)) == 7
+    assert max(len(b) for b in [b.keys for b in sampler.planned_batches(1)]) == 7
     with pytest.raises(ValueError, match="max_batch_size"):
         build(tmp_path, [1.0], batch_bins=100, max_batch_size=1, min_batch_size=2)
 
@@ -150,10 +150,10 @@ def test_max_batch_size(tmp_path):
 def test_oversized_utterance_is_lowered_then_warned_or_refused(tmp_path, caplog):
     # 60 s: 6001 standard frames; at 50 Hz 3001.
     sampler, _ = build(tmp_path, [60.0, 1.0], batch_bins=4000)
-    assert sorted(sampler.frames_for_epoch(1)) == [101, 4000]  # lowered to the budget, no warning needed
+    assert sorted([b.plan.num_frames for b in sampler.planned_batches(1)]) == [101, 4000]  # lowered to the budget, no warning needed
     assert "utt000000" not in caplog.text
     sampler, _ = build(tmp_path, [60.0, 1.0], batch_bins=2000)
-    assert 3001 in sampler.frames_for_epoch(1) and "utt000000" in caplog.text
+    assert 3001 in [b.plan.num_frames for b in sampler.planned_batches(1)] and "utt000000" in caplog.text
     with pytest.raises(ValueError, match="utt000000.*batch_bins=2000"):
         build(tmp_path, [60.0, 1.0], batch_bins=2000, oversized="error")
 
@@ -164,16 +164,16 @@ def test_frontend_computes_the_planned_frames(tmp_path):
     sampler, utt2samples = build(tmp_path, durations, batch_bins=4000)
     frontend = DynResFrontend(**RECIPE_FRONTEND).train()
     checked = 0
-    for batch, per_utt in zip(sampler.batches_for_epoch(2), sampler.utt_frames_for_epoch(2)):
+    for batch, per_utt in zip([b.keys for b in sampler.planned_batches(2)], [b.plan.frames for b in sampler.planned_batches(2)]):
         if sum(utt2samples[k] for k in batch) > 16000 * 15 and len(batch) > 1:
             continue  # keep the test fast: the frame counts matter, not the audio
         lengths = torch.tensor([utt2samples[k] for k in batch])
         speech = torch.randn(len(batch), int(lengths.max())) * 0.1
-        feats, feats_lengths = frontend(speech, lengths, speech_frames=torch.tensor(per_utt))
+        feats, feats_lengths = frontend(speech, lengths, plan_of(per_utt))
         assert feats_lengths.tolist() == list(per_utt)
         assert feats.shape[1] == per_utt[0]
         checked += 1
-    assert checked > 10 and sampler.num_padded_batches_for_epoch(2) == 0
+    assert checked > 10 and sum(b.plan.kind is BatchKind.PADDED for b in sampler.planned_batches(2)) == 0
     assert len(sampler) < len(durations)  # it does batch
 
 
@@ -186,7 +186,7 @@ def test_a_lower_target_rate_keeps_coverage_budget_and_ctc_minimum(tmp_path, dur
     need = {k: max(1, int(0.9 * POLICY.standard_frame_count(n))) if i % 3 == 0 else 1
             for i, (k, n) in enumerate(sorted(utt2samples.items()))}
     sampler = DynResBatchSampler(batch_bins=batch_bins, shape_files=shape_files, policy=policy, utt2min_frames=need)
-    batches, per_utt = sampler.batches_for_epoch(2), sampler.utt_frames_for_epoch(2)
+    batches, per_utt = [b.keys for b in sampler.planned_batches(2)], [b.plan.frames for b in sampler.planned_batches(2)]
     counts = collections.Counter(k for batch in batches for k in batch)
     assert set(counts) == set(utt2samples) and set(counts.values()) == {1}
     for batch, frames in zip(batches, per_utt):
@@ -204,9 +204,9 @@ def test_a_lower_target_rate_costs_fewer_frames_for_the_same_batches(tmp_path):
     std = DynResBatchSampler(batch_bins=100000, shape_files=shape_files, policy=POLICY, max_batch_size=10)
     low = DynResBatchSampler(batch_bins=100000, shape_files=shape_files, policy=FrameRatePolicy(target_frame_rate_hz=80.0),
                              max_batch_size=10)
-    assert std.batches_for_epoch(1) == low.batches_for_epoch(1)  # max_batch_size decides the grouping
-    frames_std = sum(len(b) * t for b, t in zip(std.batches_for_epoch(1), std.frames_for_epoch(1)))
-    frames_low = sum(len(b) * t for b, t in zip(low.batches_for_epoch(1), low.frames_for_epoch(1)))
+    assert [b.keys for b in std.planned_batches(1)] == [b.keys for b in low.planned_batches(1)]  # max_batch_size decides the grouping
+    frames_std = sum(len(b) * t for b, t in zip([b.keys for b in std.planned_batches(1)], [b.plan.num_frames for b in std.planned_batches(1)]))
+    frames_low = sum(len(b) * t for b, t in zip([b.keys for b in low.planned_batches(1)], [b.plan.num_frames for b in low.planned_batches(1)]))
     assert frames_low / frames_std == pytest.approx(0.8, abs=0.01)
 
 
@@ -226,9 +226,9 @@ def lowest_frames(num_samples):
 def test_ddp_budget_holds_unless_an_utterance_cannot_meet_its_share(tmp_path, durations, batch_bins, world_size,
                                                                     epoch, seed):
     sampler, utt2samples = build(tmp_path, durations, batch_bins=batch_bins, min_batch_size=world_size, seed=seed)
-    batches, per_utt = sampler.batches_for_epoch(epoch), sampler.utt_frames_for_epoch(epoch)
+    batches, per_utt = [b.keys for b in sampler.planned_batches(epoch)], [b.plan.frames for b in sampler.planned_batches(epoch)]
     assert sorted(k for b in batches for k in b) == sorted(utt2samples)  # each utterance once
-    for planned, kind in zip(sampler.frames_for_epoch(epoch), sampler.kinds_for_epoch(epoch)):
+    for planned, kind in zip([b.plan.num_frames for b in sampler.planned_batches(epoch)], [b.plan.kind for b in sampler.planned_batches(epoch)]):
         assert (planned is None) == (kind == BatchKind.PADDED)  # the kind says what the plan is
     for batch, frames in zip(batches, per_utt):
         if len(utt2samples) >= world_size:
@@ -250,8 +250,8 @@ def test_a_ddp_forced_long_batch_is_computed_at_the_lowest_rates(tmp_path, caplo
     durations = [7.1, 223.1, 33.9, 39.3]
     sampler, utt2samples = build(tmp_path, durations, batch_bins=12000, min_batch_size=2)
     with caplog.at_level("WARNING"):
-        sampler.batches_for_epoch(1)
-    batches, per_utt = sampler.batches_for_epoch(1), sampler.utt_frames_for_epoch(1)
+        [b.keys for b in sampler.planned_batches(1)]
+    batches, per_utt = [b.keys for b in sampler.planned_batches(1)], [b.plan.frames for b in sampler.planned_batches(1)]
     long_key = "utt000001"
     (batch, frames), = [(b, f) for b, f in zip(batches, per_utt) if long_key in b]
     assert max(frames) == lowest_frames(utt2samples[long_key]) == 11156  # 223.1 s at 50 Hz
@@ -265,13 +265,13 @@ def test_a_ddp_forced_long_batch_is_computed_at_the_lowest_rates(tmp_path, caplo
 def test_frontend_computes_a_padded_batch_at_its_planned_rates():
     frontend = DynResFrontend(**RECIPE_FRONTEND).train()
     lengths = torch.tensor([16000 * 4, 16000])  # 4 s and 1 s: no common T inside the clamp
-    plan = torch.tensor([201, 51])  # each at 50 Hz
+    plan = plan_of([201, 51])  # each at 50 Hz
     feats, feats_lengths, _, fallback = frontend.features(torch.randn(2, 16000 * 4) * 0.1, lengths, plan)
     assert feats_lengths.tolist() == [201, 51] and feats.shape[1] == 201
     assert bool((feats[1, 51:] == 0).all()) and not fallback
     # A padded plan that happens to equal the standard counts is still computed as planned, not
     # taken for a fallback batch: the plan is what the frontend computes.
-    standard = torch.tensor([401, 101])
+    standard = plan_of([401, 101])
     out = frontend.features(torch.randn(2, 16000 * 4) * 0.1, lengths, standard)
     assert out.feats_lengths.tolist() == [401, 101] and not out.fallback and out.frame_rates_hz is not None
 
@@ -280,7 +280,7 @@ def test_frontend_refuses_a_plan_it_cannot_produce():
     frontend = DynResFrontend(**RECIPE_FRONTEND).train()
     lengths = torch.tensor([16000, 8000])
     with pytest.raises(ValueError, match="same frontend_conf"):  # 0.5 s cannot take 101 frames (max 66 at 130 Hz)
-        frontend(torch.zeros(2, 16000), lengths, speech_frames=torch.tensor([101, 101]))
+        frontend(torch.zeros(2, 16000), lengths, plan_of([101, 101]))
 
 
 def test_mismatched_shape_files_name_the_keys(tmp_path):

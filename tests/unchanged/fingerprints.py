@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import inspect
 import json
 import sys
 import tempfile
@@ -55,6 +56,37 @@ def frontend_class():
 
 def sampler_class():
     return _first_attr("DynResBatchSampler", "espnet_dynres.samplers.dynres_batch_sampler")
+
+
+def _epoch_view(sampler, epoch: int, policy):
+    """An epoch's batches, frames per utterance, kinds, ``T`` per batch and utterances below the clamp,
+    from the sampler's one accessor (``planned_batches``) or its former per-view accessors."""
+    if not hasattr(sampler, "planned_batches"):
+        return [sampler.batches_for_epoch(epoch), sampler.utt_frames_for_epoch(epoch),
+                [str(getattr(k, "value", k)) for k in sampler.kinds_for_epoch(epoch)],
+                sampler.frames_for_epoch(epoch), sampler.num_below_clamp_for_epoch(epoch)]
+    planned = sampler.planned_batches(epoch)
+    samples = [sampler.utt2samples[k] for b in planned for k in b.keys]
+    frames = [t for b in planned for t in b.plan.frames]
+    below = int(policy.below_clamp(samples, frames).sum()) if sampler.shuffle else 0
+    return [[b.keys for b in planned], [b.plan.frames for b in planned], [str(b.plan.kind.value) for b in planned],
+            [b.plan.num_frames for b in planned], below]
+
+
+def _plan_argument(frames: List[int]) -> dict:
+    """The keyword argument that hands a plan of ``frames`` to the frontend's ``features`` / the model's
+    ``forward``: a ``BatchPlan`` (``batch_plan``) or, formerly, a ``(B,)`` tensor (``speech_frames``)."""
+    import torch
+
+    try:
+        from espnet_dynres.core.batch_planner import BatchKind, BatchPlan
+        from espnet_dynres.asr.dynres_model import DynResASRModel
+    except ImportError:
+        return {"speech_frames": torch.tensor(frames)}
+    if "batch_plan" not in inspect.signature(DynResASRModel.forward).parameters:
+        return {"speech_frames": torch.tensor(frames)}
+    kind = BatchKind.RULE if len(set(frames)) == 1 else BatchKind.PADDED
+    return {"batch_plan": BatchPlan(tuple(int(t) for t in frames), kind)}
 
 
 def digest(obj) -> str:
@@ -109,20 +141,13 @@ def plans(repo: Path) -> Dict[str, str]:
                         utt2min_frames=c["min_frames"], seed=int(conf.get("seed", 0)), shuffle=True,
                         **options,
                     )
-                    epochs = []
-                    for epoch in range(1, 6):
-                        epochs.append([
-                            sampler.batches_for_epoch(epoch), sampler.utt_frames_for_epoch(epoch),
-                            [str(getattr(k, "value", k)) for k in sampler.kinds_for_epoch(epoch)],
-                            sampler.frames_for_epoch(epoch), sampler.num_below_clamp_for_epoch(epoch),
-                        ])
+                    epochs = [_epoch_view(sampler, epoch, policy) for epoch in range(1, 6)]
                     result[f"{name}:train:min_batch_size={min_bs}"] = digest(epochs)
                 valid = Sampler(
                     batch_bins=int(conf.get("valid_batch_bins") or conf["batch_bins"]), shape_files=c["shapes"],
                     policy=policy, shuffle=False, max_batch_size=conf.get("max_batch_size"),
                 )
-                result[f"{name}:valid"] = digest([valid.batches_for_epoch(1), valid.utt_frames_for_epoch(1),
-                                                  [str(getattr(k, "value", k)) for k in valid.kinds_for_epoch(1)]])
+                result[f"{name}:valid"] = digest(_epoch_view(valid, 1, policy)[:3])
     return result
 
 
@@ -171,7 +196,8 @@ def features(repo: Path) -> Dict[str, str]:
             out = frontend.features(speech, speech_lengths)
             runs["train_no_plan"] = out
             counts = [frontend.policy.frame_count_range(n)[0] for n in lengths]  # each at its lowest count
-            out_plan = frontend.features(speech, speech_lengths, torch.tensor(counts))
+            plan = list(_plan_argument(counts).values())[0]
+            out_plan = frontend.features(speech, speech_lengths, plan)
             runs["train_planned_lowest"] = out_plan
             frontend.eval()
             runs["eval"] = frontend.features(speech, speech_lengths)
@@ -226,14 +252,14 @@ def _train_steps(model, num_steps: int) -> Dict[str, List[str]]:
         lo = max(policy.frame_count_range(n)[0] for n in lengths)
         hi = min(policy.frame_count_range(n)[1] for n in lengths)
         t = policy.pick_frame_count(lo, hi, int(sum(policy.standard_frame_count(n) for n in lengths)), len(lengths))
-        plan = torch.tensor([t] * len(lengths) if t is not None else
-                            [policy.frame_count_range(n, policy.fallback_frame_rate_hz)[0] for n in lengths])
+        plan = _plan_argument([t] * len(lengths) if t is not None else
+                              [policy.frame_count_range(n, policy.fallback_frame_rate_hz)[0] for n in lengths])
         text_lengths = torch.tensor([int(n // 8000) + 1 for n in lengths])
         text = torch.full((len(lengths), int(text_lengths.max())), -1, dtype=torch.long)
         for b, n in enumerate(text_lengths.tolist()):
             text[b, :n] = torch.from_numpy(rng.integers(2, 12, size=n))
         torch.manual_seed(step)
-        loss, stats, weight = model(speech, speech_lengths, text, text_lengths, speech_frames=plan)
+        loss, stats, weight = model(speech, speech_lengths, text, text_lengths, **plan)
         optim.zero_grad()
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

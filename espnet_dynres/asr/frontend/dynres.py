@@ -16,7 +16,7 @@ from espnet2.layers.stft import Stft
 
 from espnet_dynres.asr.frontend.default_options import check_default_frontend_options
 from espnet_dynres.core import features
-from espnet_dynres.core.batch_planner import BatchKind, BatchPlanner, check_plan
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlan, BatchPlanner, check_plan
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
@@ -148,18 +148,18 @@ class DynResFrontend(AbsFrontend):
         return self.training and torch.is_grad_enabled()
 
     def features(
-        self, input: torch.Tensor, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None,
+        self, input: torch.Tensor, input_lengths: torch.Tensor, plan: Optional[BatchPlan] = None,
         dynamic: Optional[bool] = None,
     ) -> DynResFeatures:
-        """``self(input, input_lengths, speech_frames, with_rates=True, dynamic=dynamic)`` (through
+        """``self(input, input_lengths, plan, with_rates=True, dynamic=dynamic)`` (through
         ``__call__``, so forward hooks see every call)."""
-        return self(input, input_lengths, speech_frames, with_rates=True, dynamic=dynamic)
+        return self(input, input_lengths, plan, with_rates=True, dynamic=dynamic)
 
     def forward(
         self,
         input: torch.Tensor,
         input_lengths: torch.Tensor,
-        speech_frames: Optional[torch.Tensor] = None,
+        plan: Optional[BatchPlan] = None,
         with_rates: bool = False,
         dynamic: Optional[bool] = None,
     ) -> Union[Tuple[torch.Tensor, torch.Tensor], DynResFeatures]:
@@ -170,8 +170,8 @@ class DynResFrontend(AbsFrontend):
                 step also ``(B, T_samples, C)`` (DefaultFrontend's channel choice: the first in
                 ``eval()``, a random one in train mode).
             input_lengths: ``(B,)`` int64 samples before padding.
-            speech_frames: ``(B,)`` int64 frames per utterance planned by ``batch_type: dynres``
-                (batch key ``speech_frames``; checked by
+            plan: the batch's plan from ``batch_type: dynres`` (batch key ``batch_plan``; its
+                frames, one per utterance, checked by
                 :func:`~espnet_dynres.core.batch_planner.check_plan`), used in a training step;
                 ``None``: the planner's rules for a batch without a plan.
             with_rates: return :class:`DynResFeatures` instead of ``(feats, feats_lengths)``.
@@ -188,10 +188,10 @@ class DynResFrontend(AbsFrontend):
         """
         dynamic = self.is_dynamic() if dynamic is None else dynamic
         with torch.autocast(device_type=input.device.type, enabled=False):
-            out = self._features(input.float(), input_lengths, speech_frames, dynamic)
+            out = self._features(input.float(), input_lengths, plan, dynamic)
         return out if with_rates else (out.feats, out.feats_lengths)
 
-    def _features(self, input: torch.Tensor, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor],
+    def _features(self, input: torch.Tensor, input_lengths: torch.Tensor, plan: Optional[BatchPlan],
                   dynamic: bool) -> DynResFeatures:
         if input.dim() == 3 and not dynamic:
             # (B, T_samples, C) -> (B, T_samples): DefaultFrontend's channel choice (its STFT is per channel).
@@ -212,7 +212,7 @@ class DynResFrontend(AbsFrontend):
         # DefaultFrontend does, so decoding writes a hypothesis for every utterance.
         features.check_speech_batch(input, input_lengths, min_samples=0)
         if dynamic:
-            feats_lengths, fallback = self.frame_counts(input_lengths, speech_frames)
+            feats_lengths, fallback = self.frame_counts(input_lengths, plan)
             if fallback:
                 self._count_fallback(input_lengths)
             feats, rates = self.dynamic_logmel(input, input_lengths, feats_lengths)
@@ -227,9 +227,9 @@ class DynResFrontend(AbsFrontend):
         return DynResFeatures(feats, feats_lengths, None, False)
 
     def frame_counts(
-        self, input_lengths: torch.Tensor, speech_frames: Optional[torch.Tensor] = None
+        self, input_lengths: torch.Tensor, plan: Optional[BatchPlan] = None
     ) -> Tuple[torch.Tensor, bool]:
-        """``(feats_lengths (B,) int64, fallback)`` for a training step: the plan ``speech_frames``
+        """``(feats_lengths (B,) int64, fallback)`` for a training step: the ``plan``'s frames
         (checked; never a fallback batch), else the planner's for ``input_lengths`` ``(B,)`` samples
         (a fallback batch: its ``PADDED`` plan).
 
@@ -237,9 +237,9 @@ class DynResFrontend(AbsFrontend):
             ValueError: a plan of the wrong size, or one this policy cannot produce.
         """
         lengths = [int(n) for n in input_lengths.tolist()]
-        if speech_frames is not None:
-            check_plan(self.policy, lengths, [int(t) for t in speech_frames.reshape(-1).tolist()])
-            return speech_frames.to(input_lengths.device).long(), False
+        if plan is not None:
+            check_plan(self.policy, lengths, plan.frames)
+            return torch.tensor(plan.frames, dtype=torch.long, device=input_lengths.device), False
         plan = BatchPlanner.for_batch(self.policy, lengths).plan_batch()
         return torch.tensor(plan.frames, dtype=torch.long, device=input_lengths.device), plan.kind is BatchKind.PADDED
 

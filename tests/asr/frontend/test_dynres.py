@@ -5,7 +5,7 @@ import torch
 from espnet2.asr.frontend.default import DefaultFrontend
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.core import features
-from factory import RECIPE_FRONTEND, pad_batch, real_utterances
+from factory import RECIPE_FRONTEND, pad_batch, plan_of, real_utterances
 from float_tolerance import assert_close_float32, assert_logmel_close, conv_reduction_length, float32_allowance
 
 pytestmark = pytest.mark.numeric  # float results: .ci/run runs them again at another thread count
@@ -222,11 +222,11 @@ def test_resample_filterbank_variants_batched_equal_one_by_one_on_a_planned_padd
     fe = DynResFrontend(method="resample", resample_filterbank=filterbank, **RECIPE_FRONTEND).train()
     counts = torch.tensor([fe.policy.frame_count_range(n)[0] for n in lengths.tolist()])
     assert len(set(counts.tolist())) > 1
-    out = fe.features(speech, lengths, counts)
+    out = fe.features(speech, lengths, plan_of(counts))
     assert out.feats_lengths.tolist() == counts.tolist() and out.feats.shape[1] == int(counts.max())
     bound = logmel_bound(fe, lengths, counts)
     for b, w in enumerate(wavs):
-        single = fe.features(w[None], lengths[b : b + 1], counts[b : b + 1])
+        single = fe.features(w[None], lengths[b : b + 1], plan_of(counts[b : b + 1]))
         assert_logmel_close(single.feats[0], out.feats[b, : counts[b]], **bound)
         assert torch.equal(single.frame_rates_hz, out.frame_rates_hz[b : b + 1])  # per-row float64 arithmetic
         assert (out.feats[b, counts[b] :] == 0).all()
@@ -241,7 +241,7 @@ def test_batch_without_common_frame_count_is_planned_as_the_sampler_plans_it_eac
     lowest = [fe.policy.frame_count_range(n, fe.policy.fallback_frame_rate_hz)[0] for n in lengths.tolist()]
     assert out.feats_lengths.tolist() == lowest and out.fallback and fe.num_fallback_batches == 1
     # the same features as that plan given explicitly (the sampler's padded batch)
-    planned = fe.features(speech, lengths, torch.tensor(lowest))
+    planned = fe.features(speech, lengths, plan_of(lowest))
     assert torch.equal(planned.feats, out.feats) and not planned.fallback
     torch.testing.assert_close(out.frame_rates_hz, torch.full((2,), 50.0), atol=0.5, rtol=0)
 
