@@ -27,7 +27,7 @@ training config (``batch_type``, ``batch_bins``, ``batch_size``, ``max_batch_siz
 training will; flags given on the command line win.  For ``dynres``, the CTC minimum of each
 utterance is training's own (:func:`espnet_dynres.glue.ctc_targets.training_min_frames`), from
 ``--text`` and the token options, or from an experiment's ``config.yaml`` as ``--config``.  The dynres policy is
-then the ``dynres`` frontend's own (:class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`).
+then the ``dynres`` frontend's own (:class:`~espnet_dynres.core.frontend_config.FrontendConfig`).
 
 ``--batch_bins`` means what it means for the batch type: samples × dims
 (padding included) for ``numel``, samples for ``length``, feature frames
@@ -50,7 +50,7 @@ import yaml
 
 from espnet2.tasks.asr import ASRTask
 
-from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from espnet_dynres.core.frontend_config import FrontendConfig
 from espnet_dynres.glue.ctc_targets import training_min_frames
 from espnet_dynres.batch_audit import (
     BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, audit_plan, build_batches,
@@ -252,9 +252,9 @@ def build_policy(args: argparse.Namespace):
     """The dynres frame-rate policy: the ``--config`` frontend's own, or one from the flags."""
     flags = {k: getattr(args, k) for k in RATE_KEYS if getattr(args, k) is not None}
     if args.config_conf.get("frontend") == "dynres":
-        return DynResFrontend(**{**(args.config_conf.get("frontend_conf") or {}), **flags}).policy
+        return FrontendConfig.from_conf({**(args.config_conf.get("frontend_conf") or {}), **flags}).policy
     # No config: the dynres frontend's own defaults at the recipe's hop (160 samples = 100 Hz at 16 kHz).
-    return DynResFrontend(**{"hop_length": 160, **flags}).policy
+    return FrontendConfig.from_conf({"hop_length": 160, **flags}).policy
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from espnet_dynres.asr.frontend.dynres import DynResFrontend
+from espnet_dynres.core.frontend_config import FrontendConfig
 from espnet_dynres.bin import audit_batches
 from espnet_dynres.core.frame_rate_policy import parse_fs
 
@@ -104,7 +104,7 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
     if fs is not None:
         frontend_conf.setdefault("fs", fs)
 
-    standard = DynResFrontend(**{k: v for k, v in frontend_conf.items()}).policy.standard_frame_rate_hz
+    standard = FrontendConfig.from_conf(frontend_conf).policy.standard_frame_rate_hz
     lo, hi = (_number(CLAMP_HZ[0] * standard / 100.0), _number(CLAMP_HZ[1] * standard / 100.0))
     frontend_conf.setdefault("min_frame_rate_hz", lo)
     frontend_conf.setdefault("max_frame_rate_hz", hi)

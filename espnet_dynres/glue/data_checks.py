@@ -36,8 +36,8 @@ import numpy as np
 import soundfile
 import torch
 
-from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.core.ctc_minimum import min_feature_frames
+from espnet_dynres.core.frontend_config import FrontendConfig
 from espnet_dynres.glue.plugin_switches import dynres_switches
 
 # Data types of ``*_data_path_and_name_and_type`` that are Kaldi-style "key value" files.
@@ -332,8 +332,8 @@ def check_transcripts(text_file: str, *, utt2num_tokens: Optional[Mapping[str, i
 def training_min_samples(args: argparse.Namespace) -> int:
     """Fewest samples a training utterance needs: one analysis window and the encoder's minimum input.
 
-    From ``frontend_conf`` (``n_fft`` 512 and ``hop_length`` 128 when absent,
-    DefaultFrontend's and the dynres frontend's defaults) and ``encoder_conf.input_layer`` (``conv2d`` needs 7
+    From ``frontend_conf`` (``n_fft`` and ``hop_length`` default to :class:`FrontendConfig`'s,
+    which are DefaultFrontend's) and ``encoder_conf.input_layer`` (``conv2d`` needs 7
     frames); 1 when the model takes features (``frontend: null``).
     """
     if getattr(args, "frontend", None) is None or getattr(args, "input_size", None) is not None:
@@ -344,7 +344,8 @@ def training_min_samples(args: argparse.Namespace) -> int:
         min_frames = min_feature_frames(1, input_layer)
     except ValueError:
         min_frames = 1
-    return min_input_samples(int(conf.get("n_fft", 512)), int(conf.get("hop_length", 128)), min_frames)
+    return min_input_samples(int(conf.get("n_fft", FrontendConfig.n_fft)),
+                             int(conf.get("hop_length", FrontendConfig.hop_length)), min_frames)
 
 
 
@@ -422,7 +423,7 @@ def check_sampling_rate(args: argparse.Namespace, data_files: Sequence[Tuple[str
     """
     if getattr(args, "frontend", None) != "dynres":
         return
-    fs = DynResFrontend(**(args.frontend_conf or {})).fs
+    fs = FrontendConfig.from_conf(args.frontend_conf).fs
     for path, _name, kind in data_files:
         if kind == "sound":
             for utt, audio in list(read_keyed_file(path).items())[:files_to_check]:

@@ -11,10 +11,10 @@ import torch
 from espnet2.tasks.abs_task import AbsTask, IteratorOptions
 
 from espnet_dynres.glue import config_checks, data_checks
-from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.batch_audit import numel_sized_budget
 from espnet_dynres.glue.ctc_targets import training_min_frames
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.core.frontend_config import FrontendConfig
 from espnet_dynres.iterators.dynres_iter_factory import DynResIterFactory
 from espnet_dynres.glue.plugin_switches import plugin_switches_on
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
@@ -36,7 +36,7 @@ def policy_from_args(args: argparse.Namespace) -> FrameRatePolicy:
             f"batch_type: dynres plans frame counts for the dynres frontend, but frontend is "
             f"{frontend!r}; set frontend: dynres (or use another batch_type)."
         )
-    return DynResFrontend(**(args.frontend_conf or {})).policy
+    return FrontendConfig.from_conf(args.frontend_conf).policy
 
 
 def ctc_min_frames(cls, args: argparse.Namespace, iter_options: IteratorOptions):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -14,13 +15,11 @@ from espnet2.asr.frontend.abs_frontend import AbsFrontend
 from espnet2.layers.log_mel import LogMel
 from espnet2.layers.stft import Stft
 
-from espnet_dynres.asr.frontend.default_options import check_default_frontend_options
 from espnet_dynres.core import features
 from espnet_dynres.core.batch_planner import BatchKind, BatchPlan, BatchPlanner, check_plan
-from espnet_dynres.core.frame_rate_policy import FrameRatePolicy, parse_fs
+from espnet_dynres.core.frontend_config import FrontendConfig
 
-METHODS = ("hop", "resample")
-FILTERBANKS = ("original", "resampled")
+FRONTEND_KEYS = {f.name for f in dataclasses.fields(FrontendConfig) if f.init}
 
 
 class DynResFeatures(NamedTuple):
@@ -45,18 +44,10 @@ class DynResFeatures(NamedTuple):
 class DynResFrontend(AbsFrontend):
     """Log-mel fbank whose training batches have one frame count and no padding.
 
-    DefaultFrontend's parameters (``fs``, ``n_fft``, ``win_length``, ``hop_length``, ``window``,
-    ``n_mels``, ``fmin``, ``fmax``, ``htk``) mean the same and have the same defaults (hop 128 =
-    125 Hz at 16 kHz; the recipe sets ``win_length: 400, hop_length: 160``, 100 Hz), so an omitted
-    key gives DefaultFrontend's features.  The rest of DefaultFrontend's options are accepted where
-    they change nothing and refused otherwise
-    (:func:`~espnet_dynres.asr.frontend.default_options.check_default_frontend_options`).  The rate
-    keys (``min_frame_rate_hz``, ``max_frame_rate_hz``, ``fallback_frame_rate_hz``,
-    ``target_frame_rate_hz``, ``target_frame_rate_range_hz``, ``eval_frame_rate_hz``,
-    ``curriculum_epochs``; docs/options.md) configure the :class:`FrameRatePolicy` the sampler
-    shares.  ``method`` (``hop`` or ``resample``), ``resample_filterbank`` (``original`` or
-    ``resampled``) and ``resample_grid_hz`` (default ``fs / 40``) choose how a training step's
-    rates are computed (docs/frontend.md has both methods in full).
+    Its options, their defaults and checks are :class:`~espnet_dynres.core.frontend_config.FrontendConfig`'s
+    (DefaultFrontend's parameters with DefaultFrontend's defaults, so an omitted key gives
+    DefaultFrontend's features; the rate keys of the frame-rate policy the sampler shares;
+    ``method``, ``resample_filterbank``, ``resample_grid_hz``: docs/frontend.md).
 
     Modes: in a **training step** (``dynamic``, decided by ``model: dynres``'s step context, else
     :meth:`is_dynamic`) every utterance gets the frames of the sampler's plan, or without one those
@@ -68,75 +59,52 @@ class DynResFrontend(AbsFrontend):
     step's precision.
 
     Raises:
-        ValueError: a DefaultFrontend option it cannot honour, an odd ``n_fft``, ``win_length``
-            outside ``1..n_fft``, an unknown ``method`` or ``resample_filterbank``, a
-            non-positive ``resample_grid_hz``, or an invalid rate clamp (:class:`FrameRatePolicy`).
+        ValueError: an option :class:`FrontendConfig` refuses (named, with the fix).
     """
 
     @typechecked
     def __init__(
         self,
-        fs: Union[int, str] = 16000,
-        n_fft: int = 512,
-        win_length: Optional[int] = None,
-        hop_length: int = 128,
-        window: Optional[str] = "hann",
-        n_mels: int = 80,
-        fmin: Optional[int] = None,
-        fmax: Optional[int] = None,
-        htk: bool = False,
-        min_frame_rate_hz: Optional[float] = None,
-        max_frame_rate_hz: Optional[float] = None,
-        fallback_frame_rate_hz: Optional[float] = None,
-        curriculum_epochs: int = 0,
-        target_frame_rate_hz: Optional[float] = None,
-        eval_frame_rate_hz: Optional[float] = None,
-        target_frame_rate_range_hz: Optional[Union[Sequence[float], float]] = None,  # a number is refused with the fix
-        method: str = "hop",
-        resample_filterbank: str = "original",
-        resample_grid_hz: Optional[int] = None,
-        center: bool = True,
-        normalized: bool = False,
-        onesided: bool = True,
-        frontend_conf: Optional[dict] = None,
-        apply_stft: bool = True,
+        fs: Union[int, str] = FrontendConfig.fs,
+        n_fft: int = FrontendConfig.n_fft,
+        win_length: Optional[int] = FrontendConfig.win_length,
+        hop_length: int = FrontendConfig.hop_length,
+        window: Optional[str] = FrontendConfig.window,
+        n_mels: int = FrontendConfig.n_mels,
+        fmin: Optional[int] = FrontendConfig.fmin,
+        fmax: Optional[int] = FrontendConfig.fmax,
+        htk: bool = FrontendConfig.htk,
+        min_frame_rate_hz: Optional[float] = FrontendConfig.min_frame_rate_hz,
+        max_frame_rate_hz: Optional[float] = FrontendConfig.max_frame_rate_hz,
+        fallback_frame_rate_hz: Optional[float] = FrontendConfig.fallback_frame_rate_hz,
+        curriculum_epochs: int = FrontendConfig.curriculum_epochs,
+        target_frame_rate_hz: Optional[float] = FrontendConfig.target_frame_rate_hz,
+        eval_frame_rate_hz: Optional[float] = FrontendConfig.eval_frame_rate_hz,
+        target_frame_rate_range_hz: Optional[Union[Sequence[float], float]] = FrontendConfig.target_frame_rate_range_hz,
+        method: str = FrontendConfig.method,
+        resample_filterbank: str = FrontendConfig.resample_filterbank,
+        resample_grid_hz: Optional[int] = FrontendConfig.resample_grid_hz,
+        center: bool = FrontendConfig.center,
+        normalized: bool = FrontendConfig.normalized,
+        onesided: bool = FrontendConfig.onesided,
+        frontend_conf: Optional[dict] = FrontendConfig.frontend_conf,
+        apply_stft: bool = FrontendConfig.apply_stft,
     ):
+        """The options of :class:`~espnet_dynres.core.frontend_config.FrontendConfig` (its defaults;
+        the keyword arguments are named so that ESPnet's ``frontend_conf`` key check sees them)."""
         super().__init__()
-        check_default_frontend_options(center=center, normalized=normalized, onesided=onesided,
-                                       apply_stft=apply_stft, frontend_conf=frontend_conf)
-        fs = parse_fs(fs)
-        win_length = n_fft if win_length is None else win_length
-        if n_fft % 2 != 0:
-            raise ValueError(f"n_fft must be even (frame centres as DefaultFrontend), got {n_fft}")
-        if not 0 < win_length <= n_fft:
-            raise ValueError(f"win_length must be in 1..n_fft={n_fft}, got {win_length}")
-        if method not in METHODS:
-            raise ValueError(f"frontend_conf method must be one of {METHODS}, got {method!r}")
-        if resample_filterbank not in FILTERBANKS:
-            raise ValueError(f"frontend_conf resample_filterbank must be one of {FILTERBANKS}, got {resample_filterbank!r}")
-        resample_grid_hz = fs // 40 if resample_grid_hz is None else resample_grid_hz
-        if resample_grid_hz <= 0:
-            raise ValueError(f"resample_grid_hz must be a positive number of Hz, got {resample_grid_hz}")
-        rates = dict(min_frame_rate_hz=min_frame_rate_hz, max_frame_rate_hz=max_frame_rate_hz,
-                     fallback_frame_rate_hz=fallback_frame_rate_hz, target_frame_rate_hz=target_frame_rate_hz,
-                     eval_frame_rate_hz=eval_frame_rate_hz)
-        self.policy = FrameRatePolicy(
-            fs=fs, hop_length=hop_length, curriculum_epochs=curriculum_epochs,
-            **{k: None if v is None else float(v) for k, v in rates.items()},
-            target_frame_rate_range_hz=(tuple(target_frame_rate_range_hz)
-                                        if isinstance(target_frame_rate_range_hz, (list, tuple))
-                                        else target_frame_rate_range_hz),
-        )
-        self.fs, self.n_fft, self.win_length, self.hop_length = fs, n_fft, win_length, hop_length
-        self.n_mels, self.window, self.method = n_mels, window, method
-        self.resample_filterbank, self.resample_grid_hz = resample_filterbank, resample_grid_hz
-        self._mel_options = dict(n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax, htk=htk)
+        config = FrontendConfig(**{k: v for k, v in locals().items() if k in FRONTEND_KEYS})
+        self.config, self.policy = config, config.policy
+        self.fs, self.n_fft, self.win_length, self.hop_length = config.fs, config.n_fft, config.win_length, config.hop_length
+        self.n_mels, self.window, self.method = config.n_mels, config.window, config.method
+        self.resample_filterbank, self.resample_grid_hz = config.resample_filterbank, config.resample_grid_hz
+        self._mel_options = config.mel_options
         self._resampled_logmels: Dict[int, LogMel] = {}
         self._resamplers: Dict[Tuple[int, str], torchaudio.transforms.Resample] = {}  # not submodules
         # Standard-rate path: ESPnet's own modules, so eval output == DefaultFrontend.
-        self.stft = Stft(n_fft=n_fft, win_length=win_length, hop_length=hop_length, center=True, window=window,
-                         normalized=False, onesided=True)
-        self.logmel = LogMel(fs=fs, **self._mel_options)
+        self.stft = Stft(n_fft=self.n_fft, win_length=self.win_length, hop_length=self.hop_length, center=True,
+                         window=self.window, normalized=False, onesided=True)
+        self.logmel = LogMel(fs=self.fs, **self._mel_options)
         self.frontend_type = "dynres"
         self.num_fallback_batches = 0  # a running count for the log message only
 
