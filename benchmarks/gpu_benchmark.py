@@ -629,7 +629,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     train_sec = time.perf_counter() - t_start - data_sec
     summary = {name: summarize(setups[name].steps, opts.warmup_steps) for name in SETUPS}
 
-    from espnet_dynres.samplers.dynres_batch_sampler import read_shape_file
+    from espnet_dynres.core.readers import read_shape_file
 
     train_audio_sec = int(read_shape_file(shapes[0])[1].sum()) / setups["dynres"].fs_hz
     report = dict(

@@ -351,7 +351,10 @@ def planned_batches(exp_dir: Path, epochs: List[int]) -> Dict[int, List[List[str
     out = {}
     for epoch in epochs:
         loader = factory.build_iter(epoch)
-        out[epoch] = [[item if isinstance(item, str) else item[0] for item in batch] for batch in loader.batch_sampler]
+        if loader.batch_sampler is not None:  # ESPnet's iterators: lists of ids
+            out[epoch] = [list(batch) for batch in loader.batch_sampler]
+        else:  # batch_type dynres: one item per planned batch
+            out[epoch] = [list(batch.keys) for batch in loader.sampler]
     return out
 
 

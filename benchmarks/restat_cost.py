@@ -85,7 +85,7 @@ def make_long_form(out_dir: Path, fsdd_dir: Path, count: int, duration_sec: floa
 
 def read_dir(data_dir: Path) -> List[tuple]:
     """``(utt_id, (T_samples,) float32, transcript)`` for every line of ``wav.scp``."""
-    from espnet_dynres.glue.data_checks import read_keyed_file
+    from espnet_dynres.core.readers import read_keyed_file
 
     texts = read_keyed_file(data_dir / "text")
     return [(utt, torch.from_numpy(soundfile.read(path, dtype="float32")[0]), texts.get(utt, ""))

@@ -56,7 +56,8 @@ import numpy as np
 
 from espnet_dynres.core.batch_planner import BatchKind, BatchPlan
 from espnet_dynres.core.frame_rate_policy import standard_frame_counts
-from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler, read_shape_file
+from espnet_dynres.core.readers import read_shape_file
+from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
 ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
 BATCH_TYPES = ESPNET_BATCH_TYPES + ("dynres",)

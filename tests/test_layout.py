@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
 PACKAGE = Path(__file__).resolve().parents[1] / "espnet_dynres"
-CORE_MAY_IMPORT = {"__future__", "dataclasses", "enum", "math", "typing", "humanfriendly", "numpy", "torch"}
+CORE_MAY_IMPORT = {"__future__", "dataclasses", "enum", "math", "pathlib", "typing", "humanfriendly", "numpy", "torch"}
 # The one import inside a function: the import hook exists to defer registration (and ESPnet's ASR
 # task, which registration imports) until that task is imported.
 DEFERRED_IMPORTS = {("espnet_dynres.glue.import_hook", "espnet_dynres.glue.registration")}
@@ -89,3 +89,26 @@ def test_module_imports_form_no_loop_and_none_hides_in_a_function():
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+# The layers under the ESPnet boundary: they may use ESPnet's building blocks (its frontend, model,
+# sampler and iterator base classes) but not its task or trainer, and never the plugin's glue.
+BELOW_GLUE = ("espnet_dynres.core", "espnet_dynres.asr", "espnet_dynres.samplers", "espnet_dynres.iterators")
+ESPNET_TASK_AND_TRAINER = ("espnet2.tasks", "espnet2.train.trainer")
+
+
+def test_only_glue_imports_espnets_task_and_trainer_and_nothing_below_it_imports_glue():
+    for module, path in modules().items():
+        if not module.startswith(BELOW_GLUE):
+            continue
+        for name, _ in imports(path, module):
+            assert not name.startswith("espnet_dynres.glue"), f"{module} imports {name} (the glue sits above it)"
+            assert not name.startswith(ESPNET_TASK_AND_TRAINER), f"{module} imports {name} (only glue/ may)"
+
+
+def test_the_layout_test_can_fail(tmp_path):
+    """The import walker sees an import of the glue and of ESPnet's task where a module would hide them."""
+    path = tmp_path / "m.py"
+    path.write_text("from espnet_dynres.glue import trainer\nimport espnet2.tasks.asr\n")
+    found = [name for name, _ in imports(path, "espnet_dynres.asr.m")]
+    assert "espnet_dynres.glue.trainer" in found and "espnet2.tasks.asr" in found

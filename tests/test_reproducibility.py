@@ -71,7 +71,10 @@ def epoch_batches(out_dir: Path, epoch: int, seed: Optional[int] = None) -> List
     if seed is not None:
         args.seed = seed
     factory = ASRTask.build_iter_factory(args=args, distributed_option=DistributedOption(), mode="train")
-    return [tuple(b) for b in factory.build_iter(epoch).batch_sampler]
+    loader = factory.build_iter(epoch)
+    if loader.batch_sampler is None:  # batch_type dynres: one item per planned batch (ids and plan)
+        return [tuple(b) for b in loader.sampler]
+    return [tuple(b) for b in loader.batch_sampler]
 
 
 def assert_same_state(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor], atol: float = 0.0) -> None:

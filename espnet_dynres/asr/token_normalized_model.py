@@ -4,16 +4,34 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from typeguard import typechecked
 
 from espnet2.asr.espnet_model import ESPnetASRModel
 
-from espnet_dynres.glue import config_checks
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.asr.step_context import StepContext
+
+
+def check_normalize_stats(frontend: Optional[torch.nn.Module], normalize: Optional[torch.nn.Module]) -> None:
+    """``feats_stats.npz`` (``normalize: global_mvn``) has one mean per frontend output dimension.
+
+    Raises:
+        ValueError: the statistics' dimension differs from
+            ``frontend.output_size()``; names the stats file and the fix.
+    """
+    mean = getattr(normalize, "mean", None)
+    if frontend is None or not isinstance(mean, torch.Tensor):
+        return
+    if mean.numel() != frontend.output_size():
+        stats_file = getattr(normalize, "stats_file", "the statistics file")
+        raise ValueError(
+            f"{stats_file} holds statistics of {mean.numel()}-dimensional features, but the frontend gives "
+            f"{frontend.output_size()} (n_mels). The statistics come from another frontend setting: re-run "
+            "collect-stats (recipe stage 10) with this config, or point normalize_conf stats_file at the matching file."
+        )
 
 
 class TokenNormalizedASRModel(DynResASRModel):
@@ -97,7 +115,7 @@ class TokenNormalizedASRModel(DynResASRModel):
                 "use model: espnet for a transducer."
             )
         super().__init__(*args, **kwargs)
-        config_checks.check_normalize_stats(self.frontend, self.normalize)
+        check_normalize_stats(self.frontend, self.normalize)
         if self.use_linear_decoder:
             raise ValueError("model: token_normalized needs an attention decoder, not a linear (classification) one")
         if self.aux_ctc is not None:

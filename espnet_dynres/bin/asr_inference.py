@@ -43,7 +43,8 @@ from espnet2.bin import asr_inference as espnet_asr_inference
 
 from espnet_dynres.core.ctc_minimum import min_feature_frames
 from espnet_dynres.core.frame_rate_policy import parse_fs
-from espnet_dynres.glue.data_checks import check_audio_files, check_waveform, min_input_samples, read_keyed_file
+from espnet_dynres.core.readers import read_keyed_file
+from espnet_dynres.glue.data_checks import check_audio_files, check_waveform, min_input_samples
 
 
 def model_fs_hz(asr_train_config: Union[str, Path, None]) -> Optional[int]:

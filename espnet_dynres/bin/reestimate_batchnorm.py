@@ -36,7 +36,7 @@ from espnet2.tasks.asr import ASRTask
 
 from espnet_dynres.asr.batchnorm_reestimate import reestimate_batchnorm
 from espnet_dynres.asr.batchnorm_sample import BatchNormSample, RestatBudget
-from espnet_dynres.glue.data_checks import read_keyed_file
+from espnet_dynres.core.readers import read_keyed_file
 from espnet_dynres.glue.trainer import restat_budget
 
 

@@ -10,7 +10,7 @@ dynres switches with ``model: espnet``       :func:`check_model`                
 dynres switches with extracted features      :func:`check_raw_audio_switches`            (:func:`check_sampler_arguments`)
 dynres sampler without the dynres frontend   :func:`check_frontend_pairing`              (:func:`check_sampler_arguments`)
 ``specaug: specaug`` in frames beside it     :func:`check_frontend_pairing`              (warning)
-``feats_stats.npz`` of another size          :func:`check_normalize_stats`               ``model: token_normalized``
+``feats_stats.npz`` of another size          ``asr.token_normalized_model``              ``model: token_normalized``
 ``grad_clip`` for the per-token loss         :func:`check_token_normalized_grad_clip`    model build (warning)
 ===========================================  ==========================================  ================
 
@@ -27,8 +27,6 @@ import inspect
 import logging
 import warnings
 from typing import Callable, Iterable, Mapping, Optional, Set
-
-import torch
 
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.glue.plugin_switches import dynres_switches, plugin_switches_on
@@ -159,25 +157,6 @@ def check_token_normalized_grad_clip(args: argparse.Namespace) -> bool:
     logging.warning(message)
     warnings.warn(message, GradClipWarning, stacklevel=2)
     return True
-
-
-def check_normalize_stats(frontend: Optional[torch.nn.Module], normalize: Optional[torch.nn.Module]) -> None:
-    """``feats_stats.npz`` (``normalize: global_mvn``) has one mean per frontend output dimension.
-
-    Raises:
-        ValueError: the statistics' dimension differs from
-            ``frontend.output_size()``; names the stats file and the fix.
-    """
-    mean = getattr(normalize, "mean", None)
-    if frontend is None or not isinstance(mean, torch.Tensor):
-        return
-    if mean.numel() != frontend.output_size():
-        stats_file = getattr(normalize, "stats_file", "the statistics file")
-        raise ValueError(
-            f"{stats_file} holds statistics of {mean.numel()}-dimensional features, but the frontend gives "
-            f"{frontend.output_size()} (n_mels). The statistics come from another frontend setting: re-run "
-            "collect-stats (recipe stage 10) with this config, or point normalize_conf stats_file at the matching file."
-        )
 
 
 def check_sampler_arguments(args: argparse.Namespace) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 from espnet_dynres.core.ctc_minimum import ctc_frames_needed, min_feature_frames
-from espnet_dynres.glue.data_checks import read_keyed_file
+from espnet_dynres.core.readers import read_keyed_file
 
 
 def training_min_frames(task, args, text_path) -> Optional[Dict[str, int]]:
@@ -28,7 +28,7 @@ def training_min_frames(task, args, text_path) -> Optional[Dict[str, int]]:
 
     Raises:
         ValueError: a blank line or a repeated utterance in ``text_path``
-            (:func:`espnet_dynres.glue.data_checks.read_keyed_file`).
+            (:func:`espnet_dynres.core.readers.read_keyed_file`).
     """
     if float((args.model_conf or {}).get("ctc_weight", 0.5)) == 0.0:
         return None

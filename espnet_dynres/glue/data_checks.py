@@ -30,7 +30,7 @@ import argparse
 import logging
 import re
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import soundfile
@@ -38,6 +38,7 @@ import torch
 
 from espnet_dynres.core.ctc_minimum import min_feature_frames
 from espnet_dynres.core.frontend_config import FrontendConfig
+from espnet_dynres.core.readers import read_keyed_file
 from espnet_dynres.glue.plugin_switches import dynres_switches
 
 # Data types of ``*_data_path_and_name_and_type`` that are Kaldi-style "key value" files.
@@ -150,33 +151,6 @@ def check_audio_file(utt_id: str, path: str, *, fs_hz: Optional[int] = None, mon
             "Down-mix or pick one channel (e.g. `sox in.wav -c 1 out.wav`)."
         )
     return info
-
-
-def blank_line_message(path: Union[str, Path], line_no: int) -> str:
-    """The error for a blank line in a Kaldi-style file (ESPnet's readers stop on it without naming it)."""
-    return (
-        f"{path}:{line_no}: blank line. ESPnet's data loaders stop on it with 'not enough values to unpack' "
-        f"(no file or line named); delete it, e.g. sed -i '/^[[:space:]]*$/d' {path}"
-    )
-
-
-def read_keyed_file(path: Union[str, Path]) -> Dict[str, str]:
-    """A Kaldi-style ``key value`` file as a dict (value ``""`` for a key alone on its line).
-
-    Raises:
-        ValueError: a blank line or a key that appears twice (named with the
-            file and line number).
-    """
-    table: Dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            parts = line.rstrip("\n").split(maxsplit=1)
-            if not parts:
-                raise ValueError(blank_line_message(path, line_no))
-            if parts[0] in table:
-                raise ValueError(f"{path}:{line_no}: key {parts[0]} appears twice; keep one line per utterance.")
-            table[parts[0]] = parts[1] if len(parts) > 1 else ""
-    return table
 
 
 def check_audio_files(

@@ -19,7 +19,7 @@ and wraps three methods of ESPnet's ``ASRTask``:
 * ``build_model``: the setting checks, the BatchNorm re-estimate's budget and the effective
   options (:func:`espnet_dynres.glue.build_model.build_model`);
 * ``build_sequence_iter_factory``: the data checks and, for ``batch_type: dynres``, the dynres
-  sampler and iterator (:func:`espnet_dynres.iterators.build_iter_factory.build_sequence_iter_factory`).
+  sampler and iterator (:func:`espnet_dynres.glue.build_iter_factory.build_sequence_iter_factory`).
 
 Their checks run only when one of the plugin's switches is on
 (:func:`espnet_dynres.glue.plugin_switches.plugin_switches_on`): a stock configuration goes straight
@@ -33,12 +33,11 @@ import functools
 from espnet2.samplers.build_batch_sampler import BATCH_TYPES
 from espnet2.tasks import asr as espnet_asr
 
-from espnet_dynres.glue import build_model, task_arguments
+from espnet_dynres.glue import build_iter_factory, build_model, task_arguments
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.asr.specaug.dynres_specaug import DynResSpecAug
 from espnet_dynres.asr.token_normalized_model import TokenNormalizedASRModel
-from espnet_dynres.iterators import build_iter_factory
 
 FRONTENDS = {"dynres": DynResFrontend}
 SPECAUGS = {"dynres": DynResSpecAug}

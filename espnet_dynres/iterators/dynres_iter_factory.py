@@ -11,7 +11,6 @@ from torch.utils.data import DataLoader
 from espnet2.iterators.abs_iter_factory import AbsIterFactory
 from espnet2.iterators.sequence_iter_factory import worker_init_fn
 
-from espnet_dynres.glue.data_checks import check_audio_file
 from espnet_dynres.core.batch_planner import PlannedBatch
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
@@ -20,87 +19,18 @@ from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 BATCH_PLAN_KEY = "batch_plan"
 
 
-class CheckedDataset(torch.utils.data.Dataset):
-    """Wraps ESPnet's dataset: every loaded utterance must be what the sampler planned with.
-
-    The plan comes from the shape file (``speech_shape``: samples, channels), so audio re-cut,
-    re-sampled or re-mixed after collect-stats would be computed at rates the plan did not choose
-    (or fail later with a message that names neither file nor cause).  Checked per item, as the
-    audio is loaded anyway (no extra reading): the sample count and channel count against the
-    shape file, and ESPnet's "Sampling rates are mismatched" error re-raised with the utterance,
-    its file, its rate and the fix.
-
-    Args:
-        dataset: ESPnet's ``ESPnetDataset``.
-        utt2samples: samples per utterance from the shape file (the sampler's); the shape file is
-            mono (``frontend: dynres`` refuses others before training), so one channel is expected.
-        shape_file: the shape file's path (named in the message).
-        fs_hz: the frontend's sampling rate.
-
-    Raises (from ``__getitem__``):
-        ValueError: a length or channel count other than the shape file's (stale shape file:
-            rerun collect-stats), or a sampling rate other than ``fs_hz`` (named, with the fix).
-    """
-
-    def __init__(self, dataset, utt2samples: Dict[str, int], shape_file: str, fs_hz: int):
-        self.dataset = dataset
-        self.utt2samples = utt2samples
-        self.shape_file = shape_file
-        self.fs_hz = fs_hz
-        self._first_uid: Optional[str] = None  # ESPnet checks every file's rate against the first one it read
-
-    def _audio_path(self, uid: str) -> Optional[str]:
-        loader = getattr(self.dataset, "loader_dict", {}).get("speech")
-        table = getattr(getattr(loader, "loader", loader), "data", None)
-        return table.get(uid) if isinstance(table, dict) else None
-
-    def __getitem__(self, uid: str):
-        try:
-            uid, data = self.dataset[uid]
-        except RuntimeError as e:
-            if "Sampling rates are mismatched" not in str(e):
-                raise
-            path = self._audio_path(uid)
-            for key in (uid, self._first_uid):  # this file, else the first one read set ESPnet's rate
-                if key is not None and isinstance(self._audio_path(key), str):
-                    check_audio_file(key, self._audio_path(key), fs_hz=self.fs_hz, mono=False)  # raises, naming it
-            raise ValueError(
-                f"utterance {uid} ({path}): {e} (ESPnet compares each file with the first one it read; the model "
-                f"expects {self.fs_hz} Hz). Resample the data to one rate (recipe stage 3, --fs) and rerun "
-                "collect-stats."
-            ) from e
-        if self._first_uid is None:
-            self._first_uid = uid
-        speech = data.get("speech")
-        if speech is not None and uid in self.utt2samples:
-            samples = int(speech.shape[0])
-            channels = int(speech.shape[1]) if speech.ndim > 1 else 1
-            want_samples, want_channels = self.utt2samples[uid], 1
-            if (samples, channels) != (want_samples, want_channels):
-                raise ValueError(
-                    f"utterance {uid} ({self._audio_path(uid) or 'speech'}) has {samples} samples x {channels} "
-                    f"channel(s), but the shape file {self.shape_file} says {want_samples} x {want_channels}: the "
-                    "audio changed after collect-stats (re-cut, re-sampled or re-mixed), so batches were planned "
-                    "for other lengths. Rerun collect-stats (asr.sh stage 10 / --collect_stats true) for this "
-                    "data, then train again."
-                )
-        return uid, data
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-
 class PlannedBatchDataset(torch.utils.data.Dataset):
-    """One item is one whole batch: a :class:`PlannedBatch` is loaded (each utterance checked,
-    :class:`CheckedDataset`), collated by ESPnet's collate function and given its plan as the batch
+    """One item is one whole batch: a :class:`PlannedBatch` is loaded (each utterance checked by
+    :class:`~espnet_dynres.glue.checked_dataset.CheckedDataset`), collated by ESPnet's collate
+    function and given its plan as the batch
     key ``batch_plan``, once, in one step.
 
     Args:
-        dataset: the checked dataset.
+        dataset: the checked dataset (keyed by utterance id).
         collate_fn: ESPnet's collate function (``CommonCollateFn``).
     """
 
-    def __init__(self, dataset: CheckedDataset, collate_fn: Optional[Callable]):
+    def __init__(self, dataset, collate_fn: Optional[Callable]):
         if collate_fn is None:
             raise ValueError("the dynres iterator needs ESPnet's collate function (CommonCollateFn)")
         self.dataset = dataset
@@ -141,7 +71,8 @@ class DynResIterFactory(AbsIterFactory):
       number of batches and the same ``T``; ``batch_bins`` is the global budget.
 
     Args:
-        dataset: ESPnet's ``ESPnetDataset`` holding every utterance of the sampler.
+        dataset: ESPnet's ``ESPnetDataset`` holding every utterance of the sampler, keyed by utterance id
+            (the task wraps it in :class:`~espnet_dynres.glue.checked_dataset.CheckedDataset`).
         sampler: the ``dynres`` batch sampler.
         train: training (planned, redrawn every epoch) or validation.
         num_iters_per_epoch: ESPnet's ``--num_iters_per_epoch`` (``None``: one plan per epoch).
@@ -207,15 +138,10 @@ class DynResIterFactory(AbsIterFactory):
             batches = self.plan_batches(plan)
         return out
 
-    def checked_dataset(self) -> CheckedDataset:
-        """The dataset, each item checked against the sampler's shape file (:class:`CheckedDataset`)."""
-        return CheckedDataset(self.dataset, self.sampler.utt2samples, self.sampler.shape_files[0],
-                              self.sampler.policy.fs)
-
     def build_iter(self, epoch: int, shuffle: Optional[bool] = None) -> DataLoader:
         batches = self.epoch_batches(epoch) if self.train else self.plan_batches(1)
         return DataLoader(
-            PlannedBatchDataset(self.checked_dataset(), self.collate_fn),
+            PlannedBatchDataset(self.dataset, self.collate_fn),
             sampler=[b.shard(self.rank, self.world_size) for b in batches],
             batch_size=None,
             collate_fn=whole_batch,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from typeguard import typechecked
@@ -14,72 +13,10 @@ from espnet2.samplers.abs_sampler import AbsSampler
 
 from espnet_dynres.core.batch_planner import BatchKind, BatchPlan, BatchPlanner, PlannedBatch
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
-from espnet_dynres.glue.data_checks import blank_line_message
+from espnet_dynres.core.readers import read_speech_lengths
 
 OVERSIZED_ACTIONS = ("warn", "error")
 SHOWN_OVERSIZED = 5  # oversized utterances named in the plan's summary line (the count is always given)
-
-
-def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
-    """Samples per utterance from the first ESPnet shape file (``utt_id N[,C]``).
-
-    All shape files must list the same utterances.
-
-    Raises:
-        ValueError: a blank or malformed line, a repeated key or an empty file in any
-            shape file (:func:`read_shape_file`, the one shape-file reader).
-        RuntimeError: keys differing between shape files (the message names up
-            to 5 keys missing from each side).
-    """
-    if len(shape_files) == 0:
-        raise RuntimeError("batch_type dynres needs at least one shape file (speech_shape)")
-    keys, lengths = read_shape_file(shape_files[0])
-    first = dict(zip(keys, lengths.tolist()))
-    for path in shape_files[1:]:
-        d = dict.fromkeys(read_shape_file(path)[0])  # other shape files: keys only
-        if set(d) != set(first):
-            missing = sorted(set(first) - set(d))[:5]
-            extra = sorted(set(d) - set(first))[:5]
-            raise RuntimeError(
-                f"shape files disagree: {path} lacks {missing} and has extra {extra} "
-                f"compared with {shape_files[0]}; re-run collect-stats (stage 10) for this data dir."
-            )
-    return first
-
-
-def read_shape_file(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
-    """Keys and first fields of an ESPnet shape file (``utt_id N[,D...]`` per line), in one pass.
-
-    Returns:
-        ``(keys, lengths)``: utterance ids in file order and ``lengths (N,)`` int64
-        (samples for ``speech_shape``, tokens for ``text_shape``).
-
-    Raises:
-        ValueError: a blank or malformed line or a repeated key (naming the file
-            and line), or an empty file.
-    """
-    keys: List[str] = []
-    values: List[int] = []
-    seen: Set[str] = set()
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split(maxsplit=1)
-            if not parts:
-                raise ValueError(blank_line_message(path, lineno))
-            try:
-                values.append(int(parts[1].split(",", 1)[0]))
-            except (IndexError, ValueError):
-                raise ValueError(
-                    f"{path}:{lineno}: expected 'utt_id N[,D]' (an ESPnet shape file), got {line.rstrip()!r}"
-                ) from None
-            key = parts[0]
-            if key in seen:
-                raise ValueError(f"{path}:{lineno}: utterance {key} appears twice; rebuild the shape file")
-            seen.add(key)
-            keys.append(key)
-    if not keys:
-        raise ValueError(f"0 utterances in shape file {path}")
-    return keys, np.asarray(values, dtype=np.int64)
 
 
 class DynResBatchSampler(AbsSampler):

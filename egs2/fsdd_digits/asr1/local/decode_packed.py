@@ -23,7 +23,7 @@ from typing import Dict
 import soundfile as sf
 
 from espnet_dynres.bin.asr_inference import Speech2Text  # also registers the plugin's names
-from espnet_dynres.glue.data_checks import read_keyed_file
+from espnet_dynres.core.readers import read_keyed_file
 from espnet_model_zoo.downloader import ModelDownloader
 
 

@@ -35,7 +35,8 @@ import soundfile as sf
 import soxr
 from tqdm import tqdm
 
-from espnet_dynres.glue.data_checks import check_audio_file, read_keyed_file
+from espnet_dynres.core.readers import read_keyed_file
+from espnet_dynres.glue.data_checks import check_audio_file
 
 
 def speed_change(wav: np.ndarray, fs_hz: int, factor: float) -> np.ndarray:

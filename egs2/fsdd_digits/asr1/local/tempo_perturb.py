@@ -25,7 +25,7 @@ import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
-from espnet_dynres.glue.data_checks import read_keyed_file
+from espnet_dynres.core.readers import read_keyed_file
 
 WINDOW_SEC = 0.032
 

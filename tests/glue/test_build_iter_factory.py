@@ -4,7 +4,7 @@ import pytest
 
 from espnet2.tasks.asr import ASRTask
 
-from espnet_dynres.iterators import build_iter_factory
+from espnet_dynres.glue import build_iter_factory
 
 
 def test_asr_task_parser_accepts_the_switches():

@@ -16,6 +16,7 @@ from espnet_dynres.glue.ctc_targets import training_min_frames
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.core.frontend_config import FrontendConfig
 from espnet_dynres.iterators.dynres_iter_factory import DynResIterFactory
+from espnet_dynres.glue.checked_dataset import CheckedDataset
 from espnet_dynres.glue.plugin_switches import plugin_switches_on
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from espnet_dynres.glue.task_arguments import SAMPLER_ARGUMENTS
@@ -102,7 +103,9 @@ def build_sequence_iter_factory(cls, args: argparse.Namespace, iter_options: Ite
         f"[{mode}] mini-batch sizes summary (epoch 1): N-batch={len(sizes)}, "
         f"mean={np.mean(sizes):.1f}, min={np.min(sizes)}, max={np.max(sizes)}"
     )
-    dataset = cls.build_dataset(args, iter_options, set(sampler.keys))
+    # every loaded utterance must be what the sampler planned with (its shape file)
+    dataset = CheckedDataset(cls.build_dataset(args, iter_options, set(sampler.keys)), sampler.utt2samples,
+                             sampler.shape_files[0], sampler.policy.fs)
     return DynResIterFactory(
         dataset=dataset,
         sampler=sampler,

@@ -8,6 +8,7 @@ from espnet2.train.collate_fn import CommonCollateFn
 from espnet2.train.dataset import ESPnetDataset
 
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
+from espnet_dynres.glue.checked_dataset import CheckedDataset
 from espnet_dynres.iterators.dynres_iter_factory import DynResIterFactory
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from factory import write_data_dir, write_wav
@@ -16,7 +17,8 @@ from factory import write_data_dir, write_wav
 def factory_for(data_dir, train=True):
     sampler = DynResBatchSampler(batch_bins=4000, shape_files=[str(data_dir / "speech_shape")],
                                  policy=FrameRatePolicy(), shuffle=train)
-    dataset = ESPnetDataset([(str(data_dir / "wav.scp"), "speech", "sound")])
+    dataset = CheckedDataset(ESPnetDataset([(str(data_dir / "wav.scp"), "speech", "sound")]), sampler.utt2samples,
+                             sampler.shape_files[0], sampler.policy.fs)  # as the task builds it
     return DynResIterFactory(dataset=dataset, sampler=sampler, train=train,
                              collate_fn=CommonCollateFn(float_pad_value=0.0, int_pad_value=-1))
 
