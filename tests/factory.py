@@ -270,3 +270,13 @@ def planned_below_clamp(sampler, epoch: int) -> int:
     planned = sampler.planned_batches(epoch)
     samples = [sampler.utt2samples[k] for b in planned for k in b.keys]
     return int(sampler.policy.below_clamp(samples, [t for b in planned for t in b.plan.frames]).sum())
+
+
+def equal_length_batch(count: int = 4):
+    """``(speech (B, T_samples), lengths (B,), text, text_lengths)``: ``count`` real two-digit utterances
+    cut to one length (so the BatchNorm re-estimate's padding-free batches cut nothing)."""
+    wavs = real_utterances(count, concat=2)
+    n = min(w.numel() for w in wavs)
+    speech, lengths = pad_batch([w[:n] for w in wavs])
+    text, text_lengths = random_text(count, 4)
+    return speech, lengths, text, text_lengths

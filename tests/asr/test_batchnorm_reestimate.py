@@ -11,7 +11,7 @@ import torch
 from espnet_dynres.asr import batchnorm_reestimate
 from espnet_dynres.asr.batchnorm_reestimate import batchnorm_layers, encoder_blocks, reestimate_batchnorm
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import (TINY_ENCODER_REDUCTION_LENGTH, build_tiny_model_and_reestimate, pad_batch, plan_of, random_text,
+from factory import (equal_length_batch, TINY_ENCODER_REDUCTION_LENGTH, build_tiny_model_and_reestimate, pad_batch, plan_of, random_text,
                      real_utterances, write_shape_files)
 from float_tolerance import assert_close_float32
 
@@ -23,12 +23,7 @@ SPECAUG_CONF = dict(apply_time_warp=False, apply_freq_mask=True, freq_mask_width
 
 @pytest.fixture(scope="module")
 def batch():
-    """Four real utterances of equal length (so the re-estimate's padding-free batches cut nothing)."""
-    wavs = real_utterances(4, concat=2)
-    n = min(w.numel() for w in wavs)
-    speech, lengths = pad_batch([w[:n] for w in wavs])
-    text, text_lengths = random_text(4, 4)
-    return speech, lengths, text, text_lengths
+    return equal_length_batch()
 
 
 def train_step(model, reestimate, batch, speech_frames=None):

@@ -11,7 +11,7 @@ from espnet2.train.trainer import Trainer
 
 from espnet_dynres.asr.batchnorm_reestimate import batchnorm_layers
 from espnet_dynres.glue.trainer import DynResTrainer
-from factory import build_tiny_model, build_tiny_model_and_reestimate, pad_batch, random_text, real_utterances, tiny_asr_args
+from factory import build_tiny_model, build_tiny_model_and_reestimate, equal_length_batch, tiny_asr_args
 
 pytestmark = pytest.mark.numeric  # float results: .ci/run runs them again at another thread count
 
@@ -22,11 +22,7 @@ RESTAT_8 = dict(model="token_normalized", model_conf=dict(ctc_weight=0.3, batchn
 
 @pytest.fixture(scope="module")
 def batch():
-    wavs = real_utterances(4, concat=2)
-    n = min(w.numel() for w in wavs)
-    speech, lengths = pad_batch([w[:n] for w in wavs])
-    text, text_lengths = random_text(4, 4)
-    return speech, lengths, text, text_lengths
+    return equal_length_batch()
 
 
 def forward(model, batch):
