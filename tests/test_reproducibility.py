@@ -72,8 +72,8 @@ def epoch_batches(out_dir: Path, epoch: int, seed: Optional[int] = None) -> List
         args.seed = seed
     factory = ASRTask.build_iter_factory(args=args, distributed_option=DistributedOption(), mode="train")
     loader = factory.build_iter(epoch)
-    if loader.batch_sampler is None:  # batch_type dynres: one item per planned batch (ids and plan)
-        return [tuple(b) for b in loader.sampler]
+    if loader.batch_sampler is None:  # batch_type dynres: one item per planned batch, (id, planned frames) each
+        return [tuple(zip(b.keys, b.plan.frames)) for b in loader.sampler]
     return [tuple(b) for b in loader.batch_sampler]
 
 
