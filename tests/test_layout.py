@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
 PACKAGE = Path(__file__).resolve().parents[1] / "espnet_dynres"
-CORE_MAY_IMPORT = {"__future__", "dataclasses", "enum", "math", "pathlib", "typing", "humanfriendly", "numpy", "torch"}
+CORE_MAY_IMPORT = {"__future__", "dataclasses", "difflib", "enum", "math", "pathlib", "typing", "humanfriendly", "numpy", "torch"}
 # The one import inside a function: the import hook exists to defer registration (and ESPnet's ASR
 # task, which registration imports) until that task is imported.
 DEFERRED_IMPORTS = {("espnet_dynres.glue.import_hook", "espnet_dynres.glue.registration")}

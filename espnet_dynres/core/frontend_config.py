@@ -8,6 +8,7 @@ builds its modules from it.  Every default is written here once.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field, fields
 from typing import Mapping, Optional, Sequence, Union
 
@@ -127,7 +128,11 @@ class FrontendConfig:
         known = {f.name for f in fields(cls)} - {"policy"}
         unknown = sorted(set(conf) - known)
         if unknown:
-            raise TypeError(f"frontend: dynres got unexpected frontend_conf keys {unknown}")
+            close = {k: difflib.get_close_matches(k, sorted(known), n=1) for k in unknown}
+            hints = "; ".join(f"{k}: did you mean {c[0]}?" if c else f"{k}: not a dynres frontend key"
+                              for k, c in close.items())
+            raise TypeError(f"frontend: dynres got unexpected frontend_conf keys {unknown} ({hints}); "
+                            "fix or remove them (docs/options.md lists the keys)")
         return cls(**conf)
 
     @property
