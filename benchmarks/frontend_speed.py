@@ -40,12 +40,15 @@ BASELINE = "DefaultFrontend (100 Hz)"
 
 def batches(device, fsdd_dir: Path = DEFAULT_FSDD_DIR):
     """Three batches whose durations span the 70-130 Hz clamp (so dynres has one T)."""
-    policy = FrameRatePolicy()
+    policy = FrameRatePolicy(fs=16000, hop_length=160)
     out = []
     for concat, count in ((2, 32), (5, 16), (12, 6)):
         wavs = real_utterances(count, concat=concat, start=100 * concat, fsdd_dir=fsdd_dir)
         wavs = sorted(wavs, key=len)
-        while policy.common_frame_count([len(w) for w in wavs]) is None:
+        while True:  # drop the shortest until the clamp ranges of all overlap (one common frame count)
+            lo, hi = policy.frame_count_ranges([len(w) for w in wavs])
+            if lo.max() <= hi.min():
+                break
             wavs = wavs[1:]
         speech, lengths = pad_batch(wavs)
         out.append((speech.to(device), lengths.to(device)))

@@ -123,7 +123,7 @@ def measure(what: str, config: Path, train_dir: Path, valid_dir: Path) -> Dict[s
         for _, wav, _ in utts:
             sample.add(wav[None], torch.tensor([wav.numel()]), budget)
         kept = len(sample)
-        frames = sum(len(b) * model.frontend.policy.standard_frame_count(b.shape[1]) for b in sample.batches(budget))
+        frames = sum(len(b) * int(model.frontend.policy.standard_frame_counts([b.shape[1]])[0]) for b in sample.batches(budget))
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         start = time.perf_counter()
         # the re-estimate as the trainer runs it (block by block where blocks chain), or the same

@@ -43,20 +43,20 @@ the build time.  The CLI is :mod:`espnet_dynres.bin.audit_batches`.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from espnet_dynres.core.batch_planner import BatchKind, BatchPlan
-from espnet_dynres.core.frame_rate_policy import standard_frame_counts
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlan, padded_cost_frames
+from espnet_dynres.core.frame_rate_policy import FrameRatePolicy, parse_fs, standard_frame_counts
+from espnet_dynres.core.frontend_config import FrontendConfig
 from espnet_dynres.core.readers import read_shape_file
+from espnet_dynres.samplers.batch_bins_search import batch_bins_for_audio, binding_batch_bins, memory_safe_batch_bins
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
 ESPNET_BATCH_TYPES = ("unsorted", "sorted", "folded", "length", "numel")
@@ -360,8 +360,8 @@ def audit_batches(
         if (utt_frames < 1).any():
             raise ValueError("a planned frame count must be >= 1")
     max_utt = np.maximum.reduceat(utt_frames, starts)
-    batch_frames = sizes * max_utt
-    batch_padded = sizes * max_utt - np.add.reduceat(utt_frames, starts)
+    batch_frames = padded_cost_frames(sizes, max_utt)
+    batch_padded = batch_frames - np.add.reduceat(utt_frames, starts)
     standard_rate_hz = fs_hz / float(hop_length_samples)
     utt_rate_hz = utt_frames / std_frames * standard_rate_hz  # (B_total,) Hz
     total = int(batch_frames.sum())
@@ -508,17 +508,18 @@ def build_batches(
     return SamplerBatches(epoch1, epoch2, plans, build_time, build_cpu, sampler)
 
 
-# ------------------------------------------------------------ budgets
-def mean_audio_per_batch_sec(batches: Sequence[Sequence[str]], utt2samples: Dict[str, int], fs_hz: int) -> float:
-    """Mean seconds of audio per batch (``Σ samples / fs`` over a batch's members).
+# ------------------------------------------------------------ matching a reference config
+# The sampler keys of a training config (ESPnet's names), as build_batches takes them.
+CONFIG_KEYS = ("batch_type", "batch_bins", "batch_size", "max_batch_size", "min_batch_size", "seed", "sort_in_batch",
+               "sort_batch", "fold_length", "oversized", "shuffle_jitter", "batch_fill")
 
-    Raises:
-        ValueError: no batches.
-        KeyError: a member missing from ``utt2samples``.
-    """
-    if not batches:
-        raise ValueError("cannot average over 0 batches")
-    return sum(utt2samples[k] for b in batches for k in b) / float(fs_hz) / len(batches)
+
+def config_sampler_options(conf: Mapping) -> Dict:
+    """The keys of :data:`CONFIG_KEYS` a training config sets (``fold_length`` as a list)."""
+    options = {k: conf[k] for k in CONFIG_KEYS if conf.get(k) is not None}
+    if isinstance(options.get("fold_length"), int):
+        options["fold_length"] = [options["fold_length"]]
+    return options
 
 
 def budget_figures(audit: BatchAudit) -> Dict[str, float]:
@@ -536,133 +537,56 @@ def audit_plan(sampler: DynResBatchSampler, table: ShapeTable, epoch: int = 1) -
                          fs_hz=sampler.policy.fs, plans=[b.plan for b in planned], batch_type="dynres")
 
 
-@contextlib.contextmanager
-def _warnings_silenced():
-    """Log records below ERROR dropped (a budget search plans many candidates, each may warn)."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        yield
-    finally:
-        logging.disable(previous)
+def reference_figures(reference: Mapping, table: ShapeTable, speech_shape, text_shape=None,
+                      fs_hz: Optional[int] = None) -> Dict[str, float]:
+    """:func:`budget_figures` of the batches the training config ``reference`` (a mapping, e.g. a
+    ``numel`` config) plans on the shape files, its samples at ``fs_hz`` (default: the config's
+    ``frontend_conf`` ``fs``, else 16 kHz) framed at its ``hop_length`` (default 160)."""
+    options = config_sampler_options(reference)
+    frontend_conf = reference.get("frontend_conf") or {}
+    policy = FrontendConfig.from_conf(frontend_conf).policy if reference.get("frontend") == "dynres" else None
+    built = build_batches(options.pop("batch_type", "folded"), speech_shape, text_shape, policy=policy,
+                          fold_lengths=options.pop("fold_length", None) or [80000, 150], **options)
+    fs = policy.fs if policy else parse_fs(fs_hz or frontend_conf.get("fs") or 16000)
+    hop = policy.hop_length if policy else frontend_conf.get("hop_length") or 160
+    return budget_figures(audit_batches(table, built.epoch1, hop_length_samples=hop, fs_hz=fs, plans=built.plans))
 
 
-def fullest_batch_frames(sampler, epochs: Sequence[int]) -> int:
-    """The most ``B × T`` frames (padding included) of any batch of the dynres plans of ``epochs``."""
-    return max(b.plan.cost_frames for e in epochs for b in sampler.planned_batches(e))
+def match(reference: Mapping, table: ShapeTable, speech_shape, text_shape=None, *, policy: FrameRatePolicy,
+          fs_hz: Optional[int] = None, batch_bins: Optional[int] = None, epoch: int = 1, **options) -> Dict:
+    """The dynres ``batch_bins`` for a reference training config (e.g. the user's ``numel`` one).
 
-
-def memory_safe_batch_bins(sampler, max_frames: int, epochs: Sequence[int] = (1, 2)) -> int:
-    """The largest dynres ``batch_bins`` whose fullest batch over ``epochs`` holds at most ``max_frames``
-    ``B × T`` frames (e.g. the fullest batch of the ``numel`` config a user tuned to fit memory).
-
-    A dynres batch never exceeds ``batch_bins`` frames (oversized utterances aside), so ``max_frames``
-    itself qualifies; a larger value qualifies while the plan's batches stay under ``max_frames``
-    (bisection between ``max_frames`` and ``1.5 × max_frames``, each candidate planned in full).
-
-    Raises:
-        ValueError: ``max_frames < 1``.
-    """
-    if max_frames < 1:
-        raise ValueError(f"max_frames must be >= 1, got {max_frames}")
-    with _warnings_silenced():
-        lo, hi = int(max_frames), int(1.5 * max_frames) + 1  # lo fits, hi is the first value not tried
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fullest_batch_frames(sampler.with_batch_bins(mid), epochs) <= max_frames:
-                lo = mid
-            else:
-                hi = mid
-    return lo
-
-
-def binding_batch_bins(sampler, batch_bins: int, epochs: Sequence[int] = (1, 2)) -> Tuple[int, bool]:
-    """``batch_bins`` itself where it limits the plan, else the fullest batch it plans (``B × T`` frames).
-
-    A budget far above every batch the clamp lets form (the fullest batch under half of it, as
-    :func:`numel_sized_budget` counts it) bounds nothing: training warns about such a value. Its plan's
-    fullest batch is then the budget that says what the plan does.
-
-    Returns:
-        ``(value, limited)``: the value to use, and whether ``batch_bins`` was lowered to it.
-    """
-    fullest = fullest_batch_frames(sampler.with_batch_bins(batch_bins), epochs)
-    if fullest < 0.5 * batch_bins:
-        return fullest, True
-    return batch_bins, False
-
-
-def dynres_batch_bins_for_audio(sampler, audio_sec: float, epoch: int = 1, iterations: int = 4) -> int:
-    """The dynres ``batch_bins`` whose epoch-``epoch`` plan has ``audio_sec`` of audio per batch on average.
-
-    Starts from ``audio_sec ×`` the policy's target rate (frames per second of audio) and
-    corrects it ``iterations`` times by the ratio of wanted to planned mean audio per batch
-    (the mean grows almost linearly with ``batch_bins``); each step plans one epoch with
-    :meth:`DynResBatchSampler.with_batch_bins` (oversized summaries silenced).
+    Two candidates, each planned in full with the dynres settings ``policy`` and ``options``
+    (:func:`build_batches`' keywords): the value with the reference's mean audio per step
+    (``batch_bins_mean_matched``) and the largest value whose largest batch over epochs ``epoch``
+    and ``epoch + 1`` holds no more ``B × T`` frames than the reference's largest, which the user
+    sized for memory (``batch_bins_memory_safe``).  A value the frame-rate clamp never lets a batch
+    reach bounds nothing and is replaced by the fullest batch it plans (flags
+    ``reference_mean_unreachable``, ``memory_bound_never_binds``).  The suggestion ``batch_bins`` is
+    the smaller of the two.
 
     Args:
-        sampler: a :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
-            whose other settings the answer keeps.
-        audio_sec: wanted mean audio per batch (seconds).
+        reference: the reference training config (mapping).
+        table, speech_shape, text_shape: the shape files to plan on (both configs alike).
+        fs_hz: the reference's sampling rate when its config does not give it.
+        batch_bins: the dynres value to start the search from (default: the reference's largest batch).
 
     Returns:
-        ``batch_bins`` in feature frames (``B × T``), at least 1.
+        ``{"reference_figures", "batch_bins", "batch_bins_memory_safe", "batch_bins_mean_matched",
+        "reference_mean_unreachable", "memory_bound_never_binds", "figures"}``; ``figures`` holds
+        :func:`budget_figures` of each of the three values.
     """
-    policy = sampler.policy
-    drawn = policy.target_frame_rate_range_hz
-    rate_hz = policy.target_frame_rate_hz or (sum(drawn) / 2 if drawn else policy.standard_frame_rate_hz)
-    bins = max(1, int(round(audio_sec * rate_hz)))
-    with _warnings_silenced():
-        for _ in range(iterations):
-            candidate = sampler.with_batch_bins(bins)
-            got = mean_audio_per_batch_sec([b.keys for b in candidate.planned_batches(epoch)], candidate.utt2samples,
-                                           policy.fs)
-            new = max(1, int(round(bins * audio_sec / got)))
-            if new == bins:
-                break
-            bins = new
-    return bins
-
-
-def numel_sized_budget(sampler, shape_files: Sequence[str], epoch: int = 1) -> Optional[str]:
-    """A warning when a dynres ``batch_bins`` looks like one carried over from a ``numel`` config.
-
-    ``numel``'s ``batch_bins`` counts samples × dims (padded), the dynres sampler's counts feature
-    frames ``B × T``: at the same value a dynres batch holds about ``hop_length`` times the
-    audio (1,000,000 on 16 kHz audio: ``numel`` about 62 s per batch, dynres up to 10,000 s).
-    The value is taken for a ``numel`` one when both hold:
-
-    * the budget never binds: the fullest batch of the plan uses under half of ``batch_bins``
-      (batches are closed by the frame-rate clamp or ``max_batch_size``, not the budget, so the
-      budget does not bound memory);
-    * ``numel`` at the same value would put at least one median utterance in a batch
-      (``batch_bins`` ≥ the median utterance's samples): the value is numel-plausible.
-
-    Args:
-        sampler: the training :class:`DynResBatchSampler`.
-        shape_files: its shape files (speech, then text), for ESPnet's ``numel`` sampler.
-
-    Returns:
-        The message (largest and mean audio per batch under both readings and the dynres
-        ``batch_bins`` that gives ``numel``'s mean audio per batch), or ``None``.
-    """
-    batches = [b.keys for b in sampler.planned_batches(epoch)]
-    fullest = fullest_batch_frames(sampler, [epoch])
-    median_samples = float(np.median(np.fromiter(sampler.utt2samples.values(), dtype=np.int64)))
-    if fullest >= 0.5 * sampler.batch_bins or sampler.batch_bins < median_samples:
-        return None
-    fs = sampler.policy.fs
-    numel = build_batches("numel", shape_files[0], shape_files[1] if len(shape_files) > 1 else None,
-                          batch_bins=sampler.batch_bins, sort_in_batch=sampler.sort_in_batch,
-                          sort_batch=sampler.sort_batch, min_batch_size=sampler.min_batch_size).epoch1
-    numel_sec = mean_audio_per_batch_sec(numel, sampler.utt2samples, fs)
-    dyn_audio = [sum(sampler.utt2samples[k] for k in b) / fs for b in batches]
-    suggestion = dynres_batch_bins_for_audio(sampler, numel_sec, epoch)
-    return (
-        f"batch_bins={sampler.batch_bins} looks like a numel budget (samples x dims). Under batch_type dynres it "
-        f"counts feature frames B x T: this plan's largest batch holds {max(dyn_audio):.0f} s of audio "
-        f"({max(len(b) for b in batches)} utterances; mean {np.mean(dyn_audio):.0f} s), and batch_bins never limits "
-        f"a batch (the fullest uses {fullest} frames), so it does not bound memory. batch_type numel with the same "
-        f"value holds {numel_sec:.1f} s per batch on average; the dynres batch_bins with that mean audio per batch "
-        f"is {suggestion} (python -m espnet_dynres.bin.audit_batches shows any value's batches)."
-    )
+    ref = reference_figures(reference, table, speech_shape, text_shape, fs_hz)
+    sampler = build_batches("dynres", speech_shape, text_shape, batch_bins=batch_bins or int(ref["max_frames"]),
+                            policy=policy, epoch=epoch, **options).sampler
+    epochs = (epoch, epoch + 1)
+    safe = memory_safe_batch_bins(sampler, int(ref["max_frames"]), epochs)
+    mean_matched = batch_bins_for_audio(sampler, ref["mean_audio_sec"], epoch)
+    safe, safe_capped = binding_batch_bins(sampler, safe, epochs)
+    mean_matched, mean_capped = binding_batch_bins(sampler, mean_matched, epochs)
+    result = {"reference_figures": ref, "batch_bins": min(safe, mean_matched), "batch_bins_memory_safe": safe,
+              "batch_bins_mean_matched": mean_matched, "reference_mean_unreachable": mean_capped,
+              "memory_bound_never_binds": safe_capped}
+    result["figures"] = {name: budget_figures(audit_plan(sampler.with_batch_bins(result[name]), table, epoch))
+                         for name in ("batch_bins", "batch_bins_memory_safe", "batch_bins_mean_matched")}
+    return result

@@ -280,3 +280,36 @@ def equal_length_batch(count: int = 4):
     speech, lengths = pad_batch([w[:n] for w in wavs])
     text, text_lengths = random_text(count, 4)
     return speech, lengths, text, text_lengths
+
+
+# One utterance's figures from the policy's array methods (the package plans whole arrays at once).
+def frame_range(policy, num_samples: int, min_rate_hz: float = None) -> Tuple[int, int]:
+    """``(lo, hi)`` frame counts of one utterance inside the clamp (``min_rate_hz`` replacing its low end)."""
+    lo, hi = policy.frame_count_ranges([int(num_samples)], min_rate_hz)
+    return int(lo[0]), int(hi[0])
+
+
+def standard_count(policy, num_samples: int) -> int:
+    """One utterance's standard frame count, ``1 + L // hop_length``."""
+    return int(policy.standard_frame_counts([int(num_samples)])[0])
+
+
+def common_frame_count(policy, lengths: Sequence[int], min_rate_hz: float = None, epoch: int = None):
+    """The batch rule's ``T`` for utterances of ``lengths`` samples, or ``None`` with no common count in the
+    clamp (``min_rate_hz`` replacing its low end; ``epoch`` for the curriculum)."""
+    if len(lengths) == 0:
+        raise ValueError("common_frame_count needs at least one utterance")
+    lo, hi = policy.frame_count_ranges(list(lengths), min_rate_hz)
+    total = int(policy.standard_frame_counts(list(lengths)).sum())
+    return policy.pick_frame_count(int(lo.max()), int(hi.min()), total, len(lengths), epoch)
+
+
+def frame_shift(policy, num_samples: int, num_frames: int, fs_hz: int = None) -> float:
+    """The policy's frame shift (samples) that gives one utterance ``num_frames`` frames."""
+    fs = None if fs_hz is None else torch.tensor([float(fs_hz)], dtype=torch.float64)
+    return float(policy.frame_shifts_samples(torch.tensor([int(num_samples)]), torch.tensor([int(num_frames)]), fs)[0])
+
+
+def frame_rate(policy, num_samples: int, num_frames: int) -> float:
+    """The frame rate (Hz) of one utterance brought to ``num_frames``."""
+    return policy.fs / frame_shift(policy, num_samples, num_frames)

@@ -188,7 +188,7 @@ def test_espnet_samplers_keep_their_batches(tmp_path):
 def test_dynres_has_no_padding_and_redraws(tmp_path):
     lengths = [int(16000 * 0.3 * 1.02**i) for i in range(300)]  # 0.3 s to 110 s
     shape_files, _ = write_shape_files(tmp_path, lengths)
-    built = build_batches("dynres", shape_files[0], batch_bins=6000, policy=FrameRatePolicy(), seed=3)
+    built = build_batches("dynres", shape_files[0], batch_bins=6000, policy=FrameRatePolicy(fs=16000, hop_length=160), seed=3)
     audit = audit_batches(read_shape_table(shape_files[0]), built.epoch1, built.epoch2,
                           hop_length_samples=HOP, fs_hz=FS, plans=built.plans)
     assert audit.num_padded_batches == 0 and audit.padding_fraction == 0.0

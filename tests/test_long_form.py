@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from espnet_dynres.bin.asr_inference import Speech2Text, segment_bounds
-from factory import TOKENS, build_tiny_model, plan_of, real_utterances, write_tiny_asr_model
+from factory import TOKENS, build_tiny_model, plan_of, real_utterances, write_tiny_asr_model, frame_range
 
 FS_HZ = 16000
 MINUTES = 3
@@ -57,7 +57,7 @@ def test_a_long_utterance_trains_at_the_fallback_rate(long_speech):
     model = build_tiny_model().train()
     policy = model.frontend.policy
     num_samples = long_speech.numel()
-    frames = policy.frame_count_range(num_samples, policy.fallback_frame_rate_hz)[0]  # lowest count the policy allows
+    frames = frame_range(policy, num_samples, policy.fallback_frame_rate_hz)[0]  # lowest count the policy allows
     text = torch.randint(2, len(TOKENS) - 1, (1, 60))
     feats, feats_lengths = model.frontend(long_speech[None], torch.tensor([num_samples]), plan_of([frames]))
     assert int(feats_lengths[0]) == feats.size(1) == frames

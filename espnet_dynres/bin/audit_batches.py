@@ -48,14 +48,12 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import yaml
 
-from espnet2.tasks.asr import ASRTask
-
-from espnet_dynres.core.frontend_config import FrontendConfig
-from espnet_dynres.glue.ctc_targets import training_min_frames
 from espnet_dynres.batch_audit import (
-    BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, audit_plan, build_batches,
-    binding_batch_bins, budget_figures, dynres_batch_bins_for_audio, memory_safe_batch_bins, read_shape_table,
+    BATCH_TYPES, OFF_STANDARD_TOLERANCE, BatchAudit, Distribution, audit_batches, build_batches,
+    config_sampler_options, match, read_shape_table,
 )
+from espnet_dynres.core.frontend_config import FrontendConfig
+from espnet_dynres.glue.ctc_targets import config_min_frames
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -225,8 +223,6 @@ def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None, policy
 
 RATE_KEYS = ("fs", "hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz", "target_frame_rate_hz",
              "target_frame_rate_range_hz")
-CONFIG_KEYS = ("batch_type", "batch_bins", "batch_size", "max_batch_size", "min_batch_size", "seed", "sort_in_batch",
-               "sort_batch", "fold_length", "oversized", "shuffle_jitter", "batch_fill")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -236,10 +232,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.config_conf = {}
     if first.config:
         conf = yaml.safe_load(Path(first.config).read_text(encoding="utf-8")) or {}
-        defaults = {k: conf[k] for k in CONFIG_KEYS if conf.get(k) is not None}
-        if isinstance(defaults.get("fold_length"), int):
-            defaults["fold_length"] = [defaults["fold_length"]]
-        parser.set_defaults(**defaults)
+        parser.set_defaults(**config_sampler_options(conf))
         parser.config_conf = conf
     args = parser.parse_args(argv)
     if args.batch_type is None:
@@ -266,77 +259,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _audit(args, stdout)
 
 
-def reference_budget(reference: str, args: argparse.Namespace) -> Dict[str, float]:
-    """:func:`~espnet_dynres.batch_audit.budget_figures` of the audit of the batches the training config
-    ``reference`` plans on the audited shape files (mean and largest audio and ``B × T`` frames per batch)."""
-    if not Path(reference).is_file():
-        raise SystemExit(f"--match {reference}: no such file; give the reference training config (YAML)")
-    ref = parse_args([a for a in ["--config", reference, "--speech_shape", args.speech_shape]
-                      + (["--text_shape", args.text_shape] if args.text_shape else [])])
-    policy = build_policy(ref) if ref.batch_type == "dynres" else None
-    bins = ref.batch_bins if ref.batch_bins is not None else 1000000
-    built = build_batches(ref.batch_type, ref.speech_shape, ref.text_shape, batch_size=ref.batch_size,
-                          batch_bins=bins, fold_lengths=ref.fold_length or [80000, 150],
-                          sort_in_batch=ref.sort_in_batch, sort_batch=ref.sort_batch,
-                          min_batch_size=ref.min_batch_size, policy=policy, max_batch_size=ref.max_batch_size,
-                          seed=ref.seed, shuffle_jitter=ref.shuffle_jitter, batch_fill=ref.batch_fill)
-    fs = policy.fs if policy else (args.fs or ref.fs or 16000)
-    hop = policy.hop_length if policy else (ref.hop_length or (ref.config_conf.get("frontend_conf") or {}).get(
-        "hop_length") or args.hop_length or 160)
-    return budget_figures(audit_batches(read_shape_table(args.speech_shape), built.epoch1, hop_length_samples=hop,
-                                        fs_hz=fs, plans=built.plans))
-
-
-def ctc_minimum(args: argparse.Namespace) -> Tuple[Optional[Dict[str, int]], str]:
-    """Training's CTC minimum per utterance (:func:`espnet_dynres.glue.ctc_targets.training_min_frames`, the
-    function training's iterator builder calls) and a line saying what was applied.
-
-    The ESPnet arguments are the ``--config``'s, with ``--token_list``/``--token_type``/``--bpemodel``/
-    ``--cleaner`` over them; ``--text`` (or the config's training ``text`` entry) gives the transcripts.
-
-    Raises:
-        SystemExit: ``--text`` without a token list, or a transcript file that does not exist.
-    """
-    conf = args.config_conf
-    # An experiment's config.yaml holds [path, name, type] lists; a command line, "path,name,type".
-    entries = [e.split(",") if isinstance(e, str) else list(e) for e in conf.get("train_data_path_and_name_and_type") or []]
-    text = args.text or next((e[0] for e in entries if e[1:2] == ["text"]), None)
-    if float((conf.get("model_conf") or {}).get("ctc_weight", 0.5)) == 0.0:
-        return None, "none (the model has no CTC branch: model_conf.ctc_weight 0)"
-    if text is None:
-        return None, "not applied: give --text and --token_list (training applies it from the transcripts)"
-    if not Path(text).is_file():
-        raise SystemExit(f"--text {text}: no such file; give the training transcripts ('utt_id text' per line)")
-    token_list = args.token_list or conf.get("token_list")
-    if token_list is None:
-        raise SystemExit("the CTC minimum needs the token list of training: give --token_list (or an experiment's "
-                         "config.yaml as --config)")
-    # ESPnet's defaults, then the config's values (as ESPnet rebuilds a model from its config.yaml).
-    task = ASRTask.get_parser().parse_args(["--output_dir", "unused"])
-    for key, value in conf.items():
-        setattr(task, key, value)
-    task.token_list = token_list
-    for key in ("token_type", "bpemodel", "cleaner"):
-        if getattr(args, key) is not None:
-            setattr(task, key, getattr(args, key))
-    task.use_preprocessor = True
-    need = training_min_frames(ASRTask, task, text)
-    input_layer = (task.encoder_conf or {}).get("input_layer", "conv2d")
-    return need, f"from {text} ({task.token_type} tokens plus adjacent repeats, encoder input_layer {input_layer})"
-
-
 def _audit(args: argparse.Namespace, stdout) -> int:
     policy = None
     batch_bins = args.batch_bins
     conf = args.config_conf
-    reference = None
     if args.match and args.batch_type != "dynres":
         raise SystemExit("--match suggests a dynres batch_bins: audit --batch_type dynres (or a dynres --config)")
+    if args.match and not Path(args.match).is_file():
+        raise SystemExit(f"--match {args.match}: no such file; give the reference training config (YAML)")
     if args.batch_type == "dynres":
         policy = build_policy(args)
-        if args.match:
-            reference = reference_budget(args.match, args)
-        if batch_bins is None and reference is None:
+        if batch_bins is None and not args.match:
             raise SystemExit("--batch_type dynres needs --batch_bins: the frame budget B x T (feature frames), or "
                              "--match YOUR_NUMEL_CONFIG.yaml to have it suggested")
     elif batch_bins is None:
@@ -344,25 +277,19 @@ def _audit(args: argparse.Namespace, stdout) -> int:
 
     table = read_shape_table(args.speech_shape, args.text_shape)
     fold_lengths = args.fold_length if args.fold_length else [80000, 150]
-    utt2min_frames, ctc_note = ctc_minimum(args) if args.batch_type == "dynres" else (None, None)
+    utt2min_frames, ctc_note = (None, None)
+    if args.batch_type == "dynres":
+        utt2min_frames, ctc_note = config_min_frames(conf, args.text, token_list=args.token_list,
+                                                     token_type=args.token_type, bpemodel=args.bpemodel,
+                                                     cleaner=args.cleaner)
     suggestion = None
-    if reference is not None:  # the suggested values, planned with training's settings
-        provisional = build_batches(
-            "dynres", args.speech_shape, args.text_shape, batch_bins=batch_bins or int(reference["max_frames"]),
-            sort_in_batch=args.sort_in_batch, sort_batch=args.sort_batch, min_batch_size=args.min_batch_size,
-            policy=policy, max_batch_size=args.max_batch_size, seed=args.seed, utt2min_frames=utt2min_frames,
-            shuffle_jitter=args.shuffle_jitter, batch_fill=args.batch_fill, epoch=args.epoch).sampler
-        epochs = (args.epoch, args.epoch + 1)
-        safe = memory_safe_batch_bins(provisional, int(reference["max_frames"]), epochs)
-        mean_matched = dynres_batch_bins_for_audio(provisional, reference["mean_audio_sec"], args.epoch)
-        # A value the clamp never lets a batch reach bounds nothing (training would warn): its fullest batch instead.
-        safe, safe_capped = binding_batch_bins(provisional, safe, epochs)
-        mean_matched, mean_capped = binding_batch_bins(provisional, mean_matched, epochs)
-        # The suggestion: the reference's mean audio per step, lowered where its largest batch would
-        # hold more B x T frames than the reference's largest (which the user sized for memory).
-        suggestion = {"batch_bins": min(safe, mean_matched), "batch_bins_memory_safe": safe,
-                      "batch_bins_mean_matched": mean_matched,
-                      "reference_mean_unreachable": mean_capped, "memory_bound_never_binds": safe_capped}
+    if args.match:  # the suggested values, planned with training's settings
+        reference = yaml.safe_load(Path(args.match).read_text(encoding="utf-8")) or {}
+        suggestion = match(reference, table, args.speech_shape, args.text_shape, policy=policy, fs_hz=args.fs,
+                           batch_bins=batch_bins, epoch=args.epoch, sort_in_batch=args.sort_in_batch,
+                           sort_batch=args.sort_batch, min_batch_size=args.min_batch_size,
+                           max_batch_size=args.max_batch_size, seed=args.seed, utt2min_frames=utt2min_frames,
+                           shuffle_jitter=args.shuffle_jitter, batch_fill=args.batch_fill)
         if batch_bins is None:
             batch_bins = suggestion["batch_bins"]
     built = build_batches(
@@ -416,15 +343,11 @@ def _audit(args: argparse.Namespace, stdout) -> int:
             "frames": [p.num_frames for p in built.plans] if built.plans else None,
             "utt_frames": [list(p.frames) for p in built.plans] if built.plans else None,
         }) + "\n")
-    if reference is not None:
-        summary["match"] = match = {"reference": str(args.match), "reference_figures": reference, **suggestion}
-        figures = {}
-        for name in ("batch_bins", "batch_bins_memory_safe", "batch_bins_mean_matched"):
-            figures[name] = budget_figures(audit_plan(built.sampler.with_batch_bins(suggestion[name]), table,
-                                                      args.epoch))
-        match["figures"] = figures
-        # Backward-compatible key: the mean audio per batch of the reference.
-        match["reference_audio_per_batch_sec"] = reference["mean_audio_sec"]
+    if suggestion is not None:
+        reference, figures = suggestion["reference_figures"], suggestion["figures"]
+        summary["match"] = {"reference": str(args.match), **suggestion,
+                            # Backward-compatible key: the mean audio per batch of the reference.
+                            "reference_audio_per_batch_sec": reference["mean_audio_sec"]}
 
         def line(f):
             return (f"audio per batch mean {f['mean_audio_sec']:.1f} s, largest {f['max_audio_sec']:.1f} s; "

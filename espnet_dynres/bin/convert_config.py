@@ -29,23 +29,20 @@ features (``input_size`` set), or a stats dir without the shape files.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import sys
-import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
+from espnet_dynres import batch_audit
+from espnet_dynres.batch_audit import config_sampler_options, read_shape_table
+from espnet_dynres.core.frame_rate_policy import DEFAULT_CLAMP_RATIOS, parse_fs
 from espnet_dynres.core.frontend_config import FrontendConfig
-from espnet_dynres.bin import audit_batches
-from espnet_dynres.core.frame_rate_policy import parse_fs
+from espnet_dynres.glue.config_checks import TOKEN_NORMALIZED_MAX_GRAD_CLIP
+from espnet_dynres.glue.ctc_targets import config_min_frames
 
 CONVERTIBLE_BATCH_TYPES = ("numel", "length", "folded")
-CLAMP_HZ = (70.0, 130.0)  # the frame-rate clamp written into frontend_conf, as a factor of the standard rate
-TOKEN_NORMALIZED_GRAD_CLIP = 1
 
 
 def _number(x: float):
@@ -68,12 +65,12 @@ def find_shape_files(stats_dir: Path) -> Tuple[Path, Optional[Path]]:
     return speech, (texts[0] if texts else None)
 
 
-def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str] = None,
-            audit_options: Sequence[str] = ()) -> Tuple[Dict, List[str]]:
-    """The dynres config for the ESPnet config ``conf`` (read from ``reference_path``) and the reasons.
+def convert(conf: Dict, stats_dir: Path, fs: Optional[str] = None,
+            token_options: Optional[Mapping] = None) -> Tuple[Dict, List[str]]:
+    """The dynres config for the ESPnet config ``conf`` and the reasons.
 
-    ``audit_options``: more options of the batch audit (``--text``, ``--token_list``, ``--token_type``,
-    ``--bpemodel``: training's CTC minimum in the plan the budget is chosen from).
+    ``token_options``: ``text``, ``token_list``, ``token_type``, ``bpemodel`` for training's CTC
+    minimum in the plan the budget is chosen from (:func:`espnet_dynres.glue.ctc_targets.config_min_frames`).
 
     Returns:
         ``(new_conf, notes)``: the converted config (a new dict, key order kept) and one line per change.
@@ -105,9 +102,8 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
         frontend_conf.setdefault("fs", fs)
 
     standard = FrontendConfig.from_conf(frontend_conf).policy.standard_frame_rate_hz
-    lo, hi = (_number(CLAMP_HZ[0] * standard / 100.0), _number(CLAMP_HZ[1] * standard / 100.0))
-    frontend_conf.setdefault("min_frame_rate_hz", lo)
-    frontend_conf.setdefault("max_frame_rate_hz", hi)
+    for key in ("min_frame_rate_hz", "max_frame_rate_hz"):  # the policy's default clamp, written out
+        frontend_conf.setdefault(key, _number(DEFAULT_CLAMP_RATIOS[key] * standard))
     out["frontend"] = "dynres"
     out["frontend_conf"] = frontend_conf
     notes.append(f"frontend: default -> dynres (your frontend_conf kept; standard rate {standard:g} Hz, clamp "
@@ -122,30 +118,23 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
     notes.append("model: espnet -> token_normalized (your model_conf kept): CTC and attention losses divided by the "
                  "batch's target tokens, which ESPnet's trainer averages globally across GPUs")
     old_clip = conf.get("grad_clip", 5.0)  # ESPnet's default
-    out["grad_clip"] = TOKEN_NORMALIZED_GRAD_CLIP
-    notes.append(f"grad_clip: {old_clip} -> {TOKEN_NORMALIZED_GRAD_CLIP:g}: the per-token loss's gradients are about "
+    out["grad_clip"] = _number(TOKEN_NORMALIZED_MAX_GRAD_CLIP)
+    notes.append(f"grad_clip: {old_clip} -> {out['grad_clip']:g}: the per-token loss's gradients are about "
                  "B / N of ESPnet's (docs/training_dynamics.md)")
     if conf.get("valid_batch_bins") is not None and conf.get("valid_batch_type") in (None, *CONVERTIBLE_BATCH_TYPES):
         out.pop("valid_batch_bins")
         notes.append(f"valid_batch_bins: {conf['valid_batch_bins']} removed: it counted {batch_type} bins; validation "
                      "now shares batch_bins (feature frames)")
 
-    # batch_bins from the audit's --match of the reference on the training shape files.
+    # batch_bins: the batch audit's match of the reference on the training shape files.
     draft = dict(out, batch_type="dynres")
-    draft.pop("batch_bins", None)
-    argv = ["--speech_shape", str(speech_shape), "--match", str(reference_path), "--json", "-", *audit_options]
-    if text_shape is not None:
-        argv += ["--text_shape", str(text_shape)]
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump(draft, f, sort_keys=False)
-    report = io.StringIO()
-    try:
-        audit_args = audit_batches.parse_args(["--config", f.name, *argv] + (["--fs", str(_fs_hz(fs))] if fs else []))
-        with contextlib.redirect_stdout(sys.stderr):  # the audit's own report: shown, not parsed
-            audit_batches._audit(audit_args, report)
-    finally:
-        Path(f.name).unlink()
-    match = json.loads(report.getvalue())["match"]
+    policy = FrontendConfig.from_conf({**frontend_conf, **({"fs": parse_fs(fs)} if fs else {})}).policy
+    utt2min_frames, _ = config_min_frames(draft, **(token_options or {}))
+    options = {k: v for k, v in config_sampler_options(draft).items()
+               if k not in ("batch_type", "batch_bins", "fold_length", "oversized")}
+    match = batch_audit.match(conf, read_shape_table(speech_shape, text_shape), speech_shape, text_shape,
+                              policy=policy, fs_hz=parse_fs(fs) if fs else None, utt2min_frames=utt2min_frames,
+                              **options)
     out["batch_type"] = "dynres"
     out["batch_bins"] = int(match["batch_bins"])
     ref, chosen = match["reference_figures"], match["figures"]["batch_bins"]
@@ -160,11 +149,6 @@ def convert(conf: Dict, reference_path: Path, stats_dir: Path, fs: Optional[str]
         f"{chosen['mean_audio_sec']:.1f} s (largest {chosen['max_frames']:.0f} frames). {same[0].upper() + same[1:]}; "
         f"largest batch no larger than yours: up to {match['batch_bins_memory_safe']}")
     return out, notes
-
-
-def _fs_hz(fs: str) -> int:
-
-    return parse_fs(fs)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -189,9 +173,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.config.is_file():
         raise SystemExit(f"convert_config: --config {args.config}: no such file")
     conf = yaml.safe_load(args.config.read_text(encoding="utf-8")) or {}
-    audit_options = [x for key in ("text", "token_list", "token_type", "bpemodel") if getattr(args, key) is not None
-                     for x in (f"--{key}", str(getattr(args, key)))]
-    out, notes = convert(conf, args.config, args.stats_dir, args.fs, audit_options)
+    token_options = {key: getattr(args, key) for key in ("text", "token_list", "token_type", "bpemodel")}
+    out, notes = convert(conf, args.stats_dir, args.fs, token_options)
     target = args.out or args.config.with_name(args.config.stem + "_dynres.yaml")
     header = (f"# Converted from {args.config.name} by python -m espnet_dynres.bin.convert_config "
               f"(batch_bins from the batch audit on {args.stats_dir}/train).\n")

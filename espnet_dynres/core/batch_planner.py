@@ -6,7 +6,7 @@ Every rule about a batch's frame counts is written here and nowhere else.  Three
   :meth:`BatchPlanner.plan`;
 * the ``dynres`` frontend, given a training batch without a plan (another ``batch_type``), asks
   :meth:`BatchPlanner.plan_batch` (no budget, no CTC minimum);
-* the BatchNorm re-estimate batches its sample by :func:`evaluation_batch_fits`, the cost the
+* the BatchNorm re-estimate batches its sample by :func:`fits_budget`, the cost the
   validation sampler plans with.
 
 **Joining a training batch** (:meth:`BatchPlanner.add`).  An utterance joins while
@@ -36,7 +36,7 @@ This is also the rule for a batch without a plan: the frontend's *fallback batch
 plan it made itself.
 
 **Evaluation** (validation, the re-estimate): every member at the standard rate, padded to the
-longest, so a batch costs ``B × max(standard frames)`` (:func:`evaluation_batch_fits`; kind
+longest, so a batch costs ``B × max(standard frames)`` (:func:`fits_budget`; kind
 ``STANDARD``).
 """
 
@@ -91,7 +91,7 @@ class BatchPlan:
     @property
     def cost_frames(self) -> int:
         """``B × max(frames)``: what the batch costs in the budget's unit, padding included."""
-        return len(self.frames) * max(self.frames)
+        return padded_cost_frames(len(self.frames), max(self.frames))
 
     def shard(self, rank: int, world_size: int) -> "BatchPlan":
         """The plan of this rank's part ``[rank::world_size]`` of the batch (ESPnet's DDP split)."""
@@ -114,12 +114,17 @@ class PlannedBatch(NamedTuple):
         return PlannedBatch(self.keys[rank::world_size], self.plan.shard(rank, world_size))
 
 
-def evaluation_batch_fits(batch_size: int, longest_cost: int, batch_bins: Optional[int],
-                          max_batch_size: Optional[int] = None) -> bool:
-    """The evaluation cost rule: ``batch_size × longest_cost <= batch_bins`` and ``batch_size <=
-    max_batch_size`` (``None``: no limit).  ``longest_cost`` is the longest member's standard frame
-    count (or, for the re-estimate under ESPnet's element budgets, its input elements)."""
-    return ((batch_bins is None or batch_size * longest_cost <= batch_bins)
+def padded_cost_frames(batch_size, longest_frames):
+    """``B × max``: a batch's cost in the budget's unit, padding included (the one definition; ints or
+    numpy arrays of batches).  ``longest_frames`` is the longest member's count (a common ``T``, or
+    under ESPnet's element budgets a re-estimate batch's input elements)."""
+    return batch_size * longest_frames
+
+
+def fits_budget(batch_size: int, longest_frames: int, batch_bins: Optional[int],
+                max_batch_size: Optional[float] = None) -> bool:
+    """``padded_cost_frames <= batch_bins`` and ``batch_size <= max_batch_size`` (``None``: no limit)."""
+    return ((batch_bins is None or padded_cost_frames(batch_size, longest_frames) <= batch_bins)
             and (max_batch_size is None or batch_size <= max_batch_size))
 
 
@@ -262,7 +267,7 @@ class BatchPlanner:
         if self.evaluation:
             s = self._std[i]
             longest, limit = (self._longest, self._limit) if self._longest > s else (s, self._limit_of(i))
-            if size * longest <= self._bins and size <= limit:
+            if fits_budget(size, longest, self.batch_bins, limit):
                 self.size, self._longest, self._limit = size, longest, limit
                 return True
             return False
@@ -277,6 +282,7 @@ class BatchPlanner:
         rate = self.target_rate_hz
         total = self._std_b + self._std[i]
         t = self._pick(new_lo, new_hi, total, size, None, rate)
+        # padded_cost_frames(size, t) written out: this runs once per utterance.
         fits = new_need <= t and size * t <= self._bins and size <= self._max_bs
         if not fits and self._nearest and size <= self._max_bs:
             # Rule (e): over the budget by less than the room the batch leaves without this utterance.
@@ -386,7 +392,7 @@ class BatchPlanner:
         if t < need <= hi:  # a target below the standard rate can put T under a CTC minimum
             t = need
         kind = BatchKind.RULE
-        if size * t > self._bins:  # lower toward the budget, never below the fallback rate or CTC minimum
+        if padded_cost_frames(size, t) > self._bins:  # lower toward the budget, never below the fallback rate or CTC minimum
             floor = max(self._fb_lo[i] for i in members)
             lowered = max(floor, need if need <= hi else floor, min(t, self._bins // size))
             kind = BatchKind.LOWERED if lowered < t else kind
@@ -409,7 +415,7 @@ class BatchPlanner:
     def within_budget(self, frames: Sequence[int]) -> bool:
         """Whether a batch planned at ``frames`` (one count per member) keeps ``batch_bins`` (``B ×`` its
         longest count, padding included) and ``max_batch_size``."""
-        return evaluation_batch_fits(len(frames), max(frames), self.batch_bins, self.max_batch_size)
+        return fits_budget(len(frames), max(frames), self.batch_bins, self.max_batch_size)
 
     def lowest_frames(self, i: int) -> int:
         """The fewest frames utterance ``i`` can be planned: its count at the fallback rate, or its CTC

@@ -26,7 +26,7 @@ Inside the allowed interval the policy takes the frame shift closest to the
 standard ``hop_length``, so an utterance whose ``T`` equals its standard frame
 count is analysed exactly as ESPnet's ``DefaultFrontend`` would.
 
-The batch rule (:meth:`FrameRatePolicy.pick_frame_count`, :meth:`FrameRatePolicy.common_frame_count`):
+The batch rule (:meth:`FrameRatePolicy.pick_frame_count`):
 ``T`` = the mean of the utterances' standard frame counts times ``target_frame_rate_hz / standard
 rate`` (1 by default: the mean standard frame count), rounded, clipped into the intersection of
 their ranges at ``[min_frame_rate_hz, max_frame_rate_hz]``; every utterance gets ``T``.  A target
@@ -91,8 +91,9 @@ class FrameRatePolicy:
     """Frame counts and frame rates for dynamic-resolution batches.
 
     Args:
-        fs: sampling rate of the input waveform in Hz (e.g. 16000 or "16k").
-        hop_length: standard frame shift in samples (160 at 16 kHz = 100 Hz).
+        fs: sampling rate of the input waveform in Hz (e.g. 16000 or "16k"); no default: the
+            frontend's (:class:`~espnet_dynres.core.frontend_config.FrontendConfig`, the one defaults table).
+        hop_length: standard frame shift in samples (160 at 16 kHz = 100 Hz); no default, as ``fs``.
         min_frame_rate_hz: lowest frame rate of the clamp (Hz); ``None``: 0.7 × the standard rate.
         max_frame_rate_hz: highest frame rate an utterance may be given (Hz); ``None``: 1.3 × it.
         fallback_frame_rate_hz: lowest rate a batch without a common frame count in the clamp
@@ -122,8 +123,8 @@ class FrameRatePolicy:
             (or a range given with ``target_frame_rate_hz``); the message names the key to fix.
     """
 
-    fs: int = 16000
-    hop_length: int = 160
+    fs: int
+    hop_length: int
     min_frame_rate_hz: Optional[float] = None
     max_frame_rate_hz: Optional[float] = None
     fallback_frame_rate_hz: Optional[float] = None
@@ -246,26 +247,12 @@ class FrameRatePolicy:
         n = np.asarray(num_samples, dtype=np.float64)
         return (1 + np.floor(n * float(self.eval_frame_rate_hz) / self.fs)).astype(np.int64)
 
-    def standard_frame_count(self, num_samples: int) -> int:
-        """:meth:`standard_frame_counts` of one utterance."""
-        return int(self.standard_frame_counts([int(num_samples)])[0])
-
-    def frame_count_range(self, num_samples: int, min_rate_hz: Optional[float] = None) -> Tuple[int, int]:
-        """Inclusive range ``(lo, hi)`` of frame counts reachable inside the rate clamp.
-
-        :meth:`frame_count_ranges` of one utterance: ``lo = 1 + floor(L * min_rate / fs)``,
-        ``hi = 1 + floor(L * max_rate / fs)`` (derivation in the module docstring); never
-        empty.  ``min_rate_hz`` defaults to ``min_frame_rate_hz``.
-        """
-        lo, hi = self.frame_count_ranges([int(num_samples)], min_rate_hz)
-        return int(lo[0]), int(hi[0])
-
     def frame_count_ranges(self, num_samples, min_rate_hz: Optional[float] = None):
         """Frame-count ranges inside the clamp for a whole array at once (numpy; the one implementation).
 
         Args:
             num_samples: ``(N,)`` int samples per utterance (array-like).
-            min_rate_hz: as in :meth:`frame_count_range`.
+            min_rate_hz: the low end of the clamp (Hz); ``None``: ``min_frame_rate_hz``.
 
         Returns:
             ``(lo (N,) int64, hi (N,) int64)`` frames.
@@ -295,25 +282,6 @@ class FrameRatePolicy:
         lo, _ = self.frame_count_ranges(num_samples)
         return np.asarray(num_frames, dtype=np.int64) < lo
 
-    def common_frame_count(
-        self, num_samples: Sequence[int], min_rate_hz: Optional[float] = None, epoch: Optional[int] = None
-    ) -> Optional[int]:
-        """The one frame count ``T`` for a batch, or ``None`` if none fits the clamp.
-
-        Rule 1 of the module docstring (``min_rate_hz`` replaces the lower
-        limit; ``epoch`` applies the curriculum).
-        """
-        if len(num_samples) == 0:
-            raise ValueError("common_frame_count needs at least one utterance")
-        lo, hi = 1, None
-        total_std = 0
-        for n in num_samples:
-            u_lo, u_hi = self.frame_count_range(n, min_rate_hz)
-            lo = max(lo, u_lo)
-            hi = u_hi if hi is None else min(hi, u_hi)
-            total_std += self.standard_frame_count(n)
-        return self.pick_frame_count(lo, hi, total_std, len(num_samples), epoch)
-
     def pick_frame_count(
         self, lo: int, hi: Optional[int], sum_standard_frames: int, batch_size: int, epoch: Optional[int] = None,
         target_hz: Optional[float] = None,
@@ -321,7 +289,7 @@ class FrameRatePolicy:
         """The batch rule from running totals (used by the sampler while it grows a batch).
 
         Args:
-            lo, hi: intersection of the utterances' :meth:`frame_count_range`.
+            lo, hi: intersection of the utterances' :meth:`frame_count_ranges`.
             sum_standard_frames: sum of their standard frame counts.
             batch_size: number of utterances.
             epoch: 1-based epoch for the curriculum; ``None`` = no curriculum.
@@ -348,29 +316,11 @@ class FrameRatePolicy:
             t = lo + int(math.floor((t - lo) * progress))
         return t
 
-    def frame_shift_samples(self, num_samples: int, num_frames: int, fs_hz: Optional[int] = None) -> float:
-        """Frame shift (samples, fractional) that gives ``num_frames`` frames: :meth:`frame_shifts_samples`
-        of one utterance.
-
-        The shift closest to ``hop_length`` inside
-        ``(L / T, L / (T - 1)] ∩ [fs / max_rate, fs / fallback_rate]``; if that
-        intersection is empty, the shift closest to it inside
-        ``(L / T, L / (T - 1)]``, i.e. the frame count wins over the clamp.
-        ``fs_hz`` (default ``fs``) is the sampling rate of the signal being
-        framed, e.g. after resampling.
-
-        Raises:
-            ValueError: ``num_frames < 1``.
-        """
-        fs = None if fs_hz is None else torch.tensor([float(fs_hz)], dtype=torch.float64)
-        shift = self.frame_shifts_samples(torch.tensor([int(num_samples)]), torch.tensor([int(num_frames)]), fs)
-        return float(shift[0])
-
     def frame_shifts_samples(
         self, num_samples: torch.Tensor, num_frames: torch.Tensor, fs_hz: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
         """Frame shifts for a whole batch, in float64 tensor ops (the one implementation; used by
-        the ``dynres`` frontend, :meth:`frame_shift_samples` calls it): the shift closest to
+        the ``dynres`` frontend): the shift closest to
         ``hop_length`` inside ``(L / T, L / (T - 1)] ∩ [fs / max_rate, fs /
         fallback_rate]`` (the frame count wins when that is empty), nudged by
         one ulp where rounding would miss ``T``.
@@ -412,7 +362,3 @@ class FrameRatePolicy:
                 break
             shift = torch.where(under, torch.nextafter(shift, torch.zeros_like(n)), shift)
         return torch.where(positive, shift, torch.full_like(n, float(policy.hop_length)))
-
-    def frame_rate_hz(self, num_samples: int, num_frames: int) -> float:
-        """Frame rate (Hz) of an utterance of ``num_samples`` brought to ``num_frames``."""
-        return self.fs / self.frame_shift_samples(num_samples, num_frames)

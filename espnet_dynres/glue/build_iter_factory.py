@@ -11,13 +11,13 @@ import torch
 from espnet2.tasks.abs_task import AbsTask, IteratorOptions
 
 from espnet_dynres.glue import config_checks, data_checks
-from espnet_dynres.batch_audit import numel_sized_budget
 from espnet_dynres.glue.ctc_targets import training_min_frames
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.core.frontend_config import FrontendConfig
 from espnet_dynres.iterators.dynres_iter_factory import DynResIterFactory
 from espnet_dynres.glue.checked_dataset import CheckedDataset
 from espnet_dynres.glue.plugin_switches import plugin_switches_on
+from espnet_dynres.samplers.batch_bins_search import numel_sized_budget
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 from espnet_dynres.glue.task_arguments import SAMPLER_ARGUMENTS
 

@@ -11,7 +11,8 @@ import torch
 from espnet_dynres.asr import batchnorm_reestimate
 from espnet_dynres.asr.batchnorm_reestimate import batchnorm_layers, encoder_blocks, reestimate_batchnorm
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import (equal_length_batch, TINY_ENCODER_REDUCTION_LENGTH, build_tiny_model_and_reestimate, pad_batch, plan_of, random_text,
+from factory import (equal_length_batch, TINY_ENCODER_REDUCTION_LENGTH, build_tiny_model_and_reestimate, frame_range, pad_batch,
+                     plan_of, random_text, standard_count,
                      real_utterances, write_shape_files)
 from float_tolerance import assert_close_float32
 
@@ -65,7 +66,7 @@ def assert_statistics_close(bn, mean, var, peak):
 
 
 def lowest_plan(model, lengths):
-    return torch.full((len(lengths),), min(model.frontend.policy.frame_count_range(int(n))[0] for n in lengths))
+    return torch.full((len(lengths),), min(frame_range(model.frontend.policy, int(n))[0] for n in lengths))
 
 
 @pytest.mark.parametrize("model_name", ["dynres", "token_normalized"])
@@ -124,7 +125,7 @@ def test_the_re_estimate_of_long_utterances_costs_no_more_than_validating_them()
         valid = DynResBatchSampler(batch_bins=valid_bins, shape_files=shape_files, policy=model.frontend.policy,
                                    shuffle=False)
         valid_frames = max(p.cost_frames for p in [b.plan for b in valid.planned_batches(1)])
-    long_frames = model.frontend.policy.standard_frame_count(min(w.numel() for w in long_))
+    long_frames = standard_count(model.frontend.policy, min(w.numel() for w in long_))
     assert 16 * long_frames > valid_frames  # what a fixed batch of 16 would have encoded
     assert calls and max(b * t for b, t in calls) <= valid_frames
     assert max(t for _, t in calls) >= long_frames  # the long utterances were encoded

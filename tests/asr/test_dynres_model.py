@@ -8,7 +8,7 @@ from espnet2.tasks.asr import ASRTask
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.iterators.dynres_iter_factory import BATCH_PLAN_KEY
 from espnet_dynres.glue.config_checks import check_sampler_arguments
-from factory import build_tiny_model, pad_batch, plan_of, random_text, real_utterances, tiny_asr_args
+from factory import build_tiny_model, pad_batch, plan_of, random_text, real_utterances, tiny_asr_args, common_frame_count, frame_range, frame_rate
 from float_tolerance import assert_close_float32
 
 pytestmark = pytest.mark.numeric  # float results: .ci/run runs them again at another thread count
@@ -36,7 +36,7 @@ def test_espnet_loss_or_per_token_loss_computes_exactly_the_planned_frames(batch
     model = build_tiny_model(model=model_name).train()
     seen = encoder_input_lengths(model)
     rule, _ = model.frontend.frame_counts(lengths)  # the policy's own T for this batch, without a plan
-    highest = min(model.frontend.policy.frame_count_range(int(n))[1] for n in lengths)
+    highest = min(frame_range(model.frontend.policy, int(n))[1] for n in lengths)
     assert highest > int(rule[0])  # a different T is reachable, so the test can tell plan from rule
     plan = torch.full((3,), highest, dtype=torch.long)
     loss, stats, _ = model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of(plan), utt_id=["a", "b", "c"])
@@ -95,7 +95,7 @@ def test_specaug_gets_the_frontends_rates_as_an_argument(batch):
 def test_no_plan_outlives_its_forward(batch):
     speech, lengths, text, text_lengths = batch
     model = build_tiny_model(model="dynres").train()
-    highest = min(model.frontend.policy.frame_count_range(int(n))[1] for n in lengths)
+    highest = min(frame_range(model.frontend.policy, int(n))[1] for n in lengths)
     model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of([highest] * 3))
     assert model._step is None
     with pytest.raises(ValueError, match="same frontend_conf"):
@@ -148,8 +148,8 @@ def test_the_frontend_alone_has_no_epoch_state():
     frontend = DynResFrontend(curriculum_epochs=3, n_fft=512, win_length=400, hop_length=160).train()
     lengths = torch.tensor([16000, 20000, 24000])
     counts, _ = frontend.frame_counts(lengths)
-    assert counts.tolist() == [frontend.policy.common_frame_count(lengths.tolist())] * 3
-    assert frontend.policy.common_frame_count(lengths.tolist(), epoch=1) < int(counts[0])  # what a plan would hold
+    assert counts.tolist() == [common_frame_count(frontend.policy, lengths.tolist())] * 3
+    assert common_frame_count(frontend.policy, lengths.tolist(), epoch=1) < int(counts[0])  # what a plan would hold
 
 
 def test_model_dynres_is_registered_and_token_normalized_extends_it():
@@ -192,16 +192,16 @@ def test_a_training_step_reports_its_frame_rates_and_validation_does_not(batch, 
     speech, lengths, text, text_lengths = batch
     model = build_tiny_model(model=model_name).train()
     policy = model.frontend.policy
-    lo = max(policy.frame_count_range(int(n))[0] for n in lengths)  # the longest member at the clamp's low end
+    lo = max(frame_range(policy, int(n))[0] for n in lengths)  # the longest member at the clamp's low end
     _, stats, _ = model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of([lo] * 3))
-    rates = [policy.frame_rate_hz(int(n), lo) for n in lengths]
+    rates = [frame_rate(policy, int(n), lo) for n in lengths]
     # the mean of the frontend's float32 rates: each rounded once from the float64 policy value
     assert_close_float32(float(stats["frame_rate_hz"]), sum(rates) / 3, reduction_length=1)
-    lows = sum(policy.frame_count_range(int(n))[0] == lo for n in lengths)
+    lows = sum(frame_range(policy, int(n))[0] == lo for n in lengths)
     assert float(stats["at_min_frame_rate"]) == pytest.approx(lows / 3) and lows >= 1
     assert float(stats["at_max_frame_rate"]) == 0.0 and float(stats["padded_batch"]) == 0.0
     _, stats, _ = model(speech, lengths, text.clone(), text_lengths, batch_plan=plan_of(
-        [policy.frame_count_range(int(n))[0] for n in lengths]))  # each at its own lowest count: padded
+        [frame_range(policy, int(n))[0] for n in lengths]))  # each at its own lowest count: padded
     assert float(stats["padded_batch"]) == 1.0
     with torch.no_grad():
         _, stats, _ = model.eval()(speech, lengths, text.clone(), text_lengths)

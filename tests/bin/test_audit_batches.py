@@ -190,7 +190,8 @@ def test_match_by_default_suggests_a_budget_whose_largest_batch_fits_the_referen
     assert match["figures"]["batch_bins_mean_matched"]["mean_audio_sec"] == pytest.approx(
         match["reference_figures"]["mean_audio_sec"], rel=0.1)
     # The largest such value: one more frame of budget plans a batch over the reference's largest.
-    from espnet_dynres.batch_audit import build_batches, fullest_batch_frames
+    from espnet_dynres.batch_audit import build_batches
+    from espnet_dynres.samplers.batch_bins_search import fullest_batch_frames
     from espnet_dynres.bin.audit_batches import build_policy, parse_args
 
     policy = build_policy(parse_args(["--batch_type", "dynres", "--hop_length", "160", "--speech_shape", shape_files[0]]))

@@ -108,7 +108,7 @@ def test_a_budget_the_clamp_never_reaches_is_lowered_to_one_that_binds(tmp_path,
     """A numel budget whose mean audio per step no dynres batch can hold (the clamp closes batches
     first): the suggestion is the fullest batch the clamp allows, said so, and training's numel-sized
     warning does not fire on it."""
-    from espnet_dynres.batch_audit import numel_sized_budget
+    from espnet_dynres.samplers.batch_bins_search import numel_sized_budget
     from espnet_dynres.bin.audit_batches import build_policy, parse_args
     from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 

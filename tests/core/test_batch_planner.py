@@ -6,12 +6,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from espnet_dynres.core.batch_planner import BatchKind, BatchPlan, BatchPlanner, evaluation_batch_fits
+from espnet_dynres.core.batch_planner import BatchKind, BatchPlan, BatchPlanner, fits_budget
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import write_shape_files
+from factory import write_shape_files, frame_range, frame_rate
 
-POLICY = FrameRatePolicy()
+POLICY = FrameRatePolicy(fs=16000, hop_length=160)
 
 
 def joins(lengths, **kwargs) -> bool:
@@ -45,8 +45,8 @@ def test_a_whole_batch_relaxes_to_the_fallback_rate_then_pads_each_member_at_its
     planner = BatchPlanner.for_batch(POLICY, [16000, 16000])
     assert planner.plan_batch() == BatchPlan((101, 101), BatchKind.RULE)
     plan = BatchPlanner.for_batch(POLICY, [16000, 35200]).plan_batch()  # 1.0 and 2.2 s: only below 70 Hz
-    assert plan.kind is BatchKind.RULE and plan.frames[0] == plan.frames[1] < POLICY.frame_count_range(35200)[0]
-    assert POLICY.frame_rate_hz(35200, plan.frames[0]) >= 50.0
+    assert plan.kind is BatchKind.RULE and plan.frames[0] == plan.frames[1] < frame_range(POLICY, 35200)[0]
+    assert frame_rate(POLICY, 35200, plan.frames[0]) >= 50.0
     plan = BatchPlanner.for_batch(POLICY, [16000, 64000]).plan_batch()  # 1 s and 4 s: none even at 50 Hz
     assert plan == BatchPlan((51, 201), BatchKind.PADDED) and plan.num_frames is None  # each at 50 Hz
     # the CTC minimum raises a member's lowest count
@@ -67,8 +67,8 @@ def test_evaluation_batches_cost_their_size_times_the_longest_standard_count():
     assert planner.plan([0, 1, 2]) == BatchPlan((101, 201, 51), BatchKind.STANDARD)
     assert joins(lengths[:2], batch_bins=402, evaluation=True)
     assert not joins(lengths, batch_bins=402, evaluation=True)  # 3 x 201 > 402
-    assert evaluation_batch_fits(2, 201, 402) and not evaluation_batch_fits(2, 201, 401)
-    assert not evaluation_batch_fits(2, 10, None, max_batch_size=1)
+    assert fits_budget(2, 201, 402) and not fits_budget(2, 201, 401)
+    assert not fits_budget(2, 10, None, max_batch_size=1)
 
 
 @settings(max_examples=25)

@@ -16,7 +16,7 @@ from factory import write_data_dir, write_wav
 
 def factory_for(data_dir, train=True):
     sampler = DynResBatchSampler(batch_bins=4000, shape_files=[str(data_dir / "speech_shape")],
-                                 policy=FrameRatePolicy(), shuffle=train)
+                                 policy=FrameRatePolicy(fs=16000, hop_length=160), shuffle=train)
     dataset = CheckedDataset(ESPnetDataset([(str(data_dir / "wav.scp"), "speech", "sound")]), sampler.utt2samples,
                              sampler.shape_files[0], sampler.policy.fs)  # as the task builds it
     return DynResIterFactory(dataset=dataset, sampler=sampler, train=train,

@@ -32,7 +32,7 @@ def make_factory(tmp_path, train=True, rank=0, world_size=1, num_iters_per_epoch
     samples = (rng.lognormal(np.log(2.0), 0.5, size=80) * 16000).astype(int)
     shape_files, utt2samples = write_shape_files(tmp_path, samples)
     sampler = DynResBatchSampler(
-        batch_bins=1500, shape_files=shape_files, policy=FrameRatePolicy(),
+        batch_bins=1500, shape_files=shape_files, policy=FrameRatePolicy(fs=16000, hop_length=160),
         min_batch_size=world_size, seed=seed, shuffle=train,
     )
     factory = DynResIterFactory(

@@ -12,12 +12,13 @@ import espnet_dynres  # noqa: F401
 from espnet2.tasks.asr import ASRTask
 from espnet2.train.distributed_utils import DistributedOption
 from espnet_dynres import batch_audit
+from espnet_dynres.samplers import batch_bins_search
 from espnet_dynres.bin import audit_batches
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import plan_of, planned_below_clamp, task_args, write_data_dir, write_shape_files
+from factory import plan_of, planned_below_clamp, task_args, write_data_dir, write_shape_files, frame_range
 
-POLICY = FrameRatePolicy()
+POLICY = FrameRatePolicy(fs=16000, hop_length=160)
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +38,9 @@ def test_a_numel_sized_budget_is_named_with_the_dynres_value_of_the_same_audio_p
     suggested = int(lines[0].split("with that mean audio per batch is ")[1].split(" ")[0])
     numel = batch_audit.build_batches("numel", data_dir / "speech_shape", data_dir / "text_shape.word",
                                       batch_bins=200000).epoch1
-    numel_sec = batch_audit.mean_audio_per_batch_sec(numel, sampler.utt2samples, 16000)
+    numel_sec = batch_bins_search.mean_audio_per_batch_sec(numel, sampler.utt2samples, 16000)
     dyn = sampler.with_batch_bins(suggested)
-    dyn_sec = batch_audit.mean_audio_per_batch_sec([b.keys for b in dyn.planned_batches(1)], sampler.utt2samples, 16000)
+    dyn_sec = batch_bins_search.mean_audio_per_batch_sec([b.keys for b in dyn.planned_batches(1)], sampler.utt2samples, 16000)
     assert abs(dyn_sec / numel_sec - 1) < 0.1
     assert suggested < 200000 / 50  # the frames of numel's audio, not its samples
 
@@ -60,7 +61,7 @@ def test_a_budget_too_small_gives_one_summary_line_and_counts_below_clamp(tmp_pa
     assert len(summaries) == 1 and summaries[0].levelno == logging.WARNING  # one line, not one per utterance
     message = summaries[0].getMessage()
     below = planned_below_clamp(sampler, 1)
-    lowest_in_clamp = max(POLICY.frame_count_range(int(d * 16000))[0] for d in durations)
+    lowest_in_clamp = max(frame_range(POLICY, int(d * 16000))[0] for d in durations)
     assert f"{below} of 60 utterances planned below the clamp" in message
     assert f"smallest batch_bins that keeps every utterance inside the clamp is {lowest_in_clamp}" in message
     assert message.count("utterance utt") == 5 and "and " in message.split("frames")[-1]  # capped list of ids

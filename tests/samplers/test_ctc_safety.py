@@ -9,7 +9,7 @@ import yaml
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.core.ctc_minimum import ctc_frames_needed, encoder_frames, min_feature_frames
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import RECIPE_FRONTEND, FSDD_DIR, RECIPE_DIR, REPO_ROOT, write_shape_files
+from factory import RECIPE_FRONTEND, FSDD_DIR, RECIPE_DIR, REPO_ROOT, write_shape_files, standard_count
 
 pytestmark = pytest.mark.slow  # runs recipe stages
 
@@ -47,7 +47,7 @@ def test_no_recipe_training_utterance_becomes_ctc_infeasible(tmp_path):
         t = batch.plan.num_frames
         for k in batch.keys:
             assert encoder_frames(t, input_layer) >= need[k], (renamed[k], t, need[k])
-            lowered += t < frontend.policy.standard_frame_count(utt2samples[k])
+            lowered += t < standard_count(frontend.policy, utt2samples[k])
     assert lowered > len(keys) // 4  # rates really were lowered for many utterances
 
 

@@ -14,9 +14,9 @@ from espnet_dynres.batch_audit import rate_histogram
 from espnet_dynres.glue.config_checks import check_sampler_arguments
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import write_shape_files
+from factory import write_shape_files, frame_rate
 
-DRAWN = FrameRatePolicy(target_frame_rate_range_hz=(80.0, 120.0))
+DRAWN = FrameRatePolicy(fs=16000, hop_length=160, target_frame_rate_range_hz=(80.0, 120.0))
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def _rates(sampler, utt2samples, epoch):
     rates, durations = [], []
     for batch, frames in zip([b.keys for b in sampler.planned_batches(epoch)], [b.plan.frames for b in sampler.planned_batches(epoch)]):
         for key, t in zip(batch, frames):
-            rates.append(sampler.policy.frame_rate_hz(utt2samples[key], t))
+            rates.append(frame_rate(sampler.policy, utt2samples[key], t))
             durations.append(utt2samples[key] / 16000)
     return np.array(rates), np.array(durations)
 
@@ -40,7 +40,7 @@ def test_draws_are_deterministic_in_seed_and_epoch_and_inside_the_range():
     assert not np.array_equal(a, DRAWN.batch_target_rates_hz(seed=0, epoch=2, num_batches=500))
     assert not np.array_equal(a, DRAWN.batch_target_rates_hz(seed=1, epoch=1, num_batches=500))
     assert a.min() >= 80.0 and a.max() <= 120.0 and a.max() - a.min() > 35.0
-    assert FrameRatePolicy().batch_target_rates_hz(0, 1, 5) is None
+    assert FrameRatePolicy(fs=16000, hop_length=160).batch_target_rates_hz(0, 1, 5) is None
 
 
 def test_each_batch_gets_one_frame_count_near_its_drawn_rate_within_the_budget(shapes):
@@ -61,7 +61,7 @@ def test_each_batch_gets_one_frame_count_near_its_drawn_rate_within_the_budget(s
 
 def test_rates_spread_over_the_range_and_stop_following_duration(shapes):
     shape_files, utt2samples = shapes
-    plain = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy())
+    plain = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy(fs=16000, hop_length=160))
     drawn = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=DRAWN)
     r0, _ = _rates(plain, utt2samples, 1)
     r1, _ = _rates(drawn, utt2samples, 1)
@@ -74,14 +74,14 @@ def test_rates_spread_over_the_range_and_stop_following_duration(shapes):
     rate_by_key = {}
     for batch, frames in zip([b.keys for b in drawn.planned_batches(1)], [b.plan.frames for b in drawn.planned_batches(1)]):
         for key, t in zip(batch, frames):
-            rate_by_key[key] = DRAWN.frame_rate_hz(utt2samples[key], t)
+            rate_by_key[key] = frame_rate(DRAWN, utt2samples[key], t)
     dur = np.array([utt2samples[k] for k in keys], dtype=float)
     assert abs(np.corrcoef(np.log(dur), [rate_by_key[k] for k in keys])[0, 1]) < 0.3
 
 
 def test_validation_plans_are_unchanged(shapes):
     shape_files, _ = shapes
-    plain = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy(), shuffle=False)
+    plain = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy(fs=16000, hop_length=160), shuffle=False)
     drawn = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=DRAWN, shuffle=False)
     assert [b.keys for b in drawn.planned_batches(1)] == [b.keys for b in plain.planned_batches(1)]
     assert [b.plan.frames for b in drawn.planned_batches(1)] == [b.plan.frames for b in plain.planned_batches(1)]
@@ -89,8 +89,8 @@ def test_validation_plans_are_unchanged(shapes):
 
 def test_without_a_range_the_plan_is_the_default_one(shapes):
     shape_files, _ = shapes
-    a = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy())
-    b = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy(target_frame_rate_range_hz=None))
+    a = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy(fs=16000, hop_length=160))
+    b = DynResBatchSampler(batch_bins=4000, shape_files=shape_files, policy=FrameRatePolicy(fs=16000, hop_length=160, target_frame_rate_range_hz=None))
     assert [b.plan.frames for b in a.planned_batches(3)] == [b.plan.frames for b in b.planned_batches(3)]
 
 

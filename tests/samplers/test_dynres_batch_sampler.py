@@ -13,9 +13,9 @@ from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.core.batch_planner import BatchKind
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
-from factory import RECIPE_FRONTEND, plan_of, write_shape_files
+from factory import RECIPE_FRONTEND, plan_of, write_shape_files, common_frame_count, frame_range, standard_count
 
-POLICY = FrameRatePolicy()
+POLICY = FrameRatePolicy(fs=16000, hop_length=160)
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 durations_sec = st.lists(st.floats(min_value=0.05, max_value=120.0), min_size=1, max_size=150)
 
@@ -27,8 +27,8 @@ def build(tmp_path, durations, **kwargs):
 
 def lone_frames(num_samples, batch_bins):
     """What the class docstring promises for a lone utterance over the budget."""
-    rule = POLICY.standard_frame_count(num_samples)
-    lowest = POLICY.frame_count_range(num_samples, POLICY.fallback_frame_rate_hz)[0]
+    rule = standard_count(POLICY, num_samples)
+    lowest = frame_range(POLICY, num_samples, POLICY.fallback_frame_rate_hz)[0]
     return rule if rule <= batch_bins else max(lowest, batch_bins)
 
 
@@ -46,15 +46,15 @@ def test_each_utterance_once_per_epoch_and_budget_kept(tmp_path, durations, batc
         assert planned is not None  # min_batch_size=1: every batch has a common T
         if len(batch) == 1:
             assert planned == lone_frames(lengths[0], batch_bins)
-            rule = POLICY.standard_frame_count(lengths[0])
+            rule = standard_count(POLICY, lengths[0])
             assert kind == (BatchKind.RULE if planned == rule else BatchKind.LOWERED)
             continue
-        rule = POLICY.common_frame_count(lengths)
+        rule = common_frame_count(POLICY, lengths)
         if len(batch) * rule <= batch_bins:
             assert planned == rule and kind == BatchKind.RULE
         else:  # rule (e): joined nearest to the budget, T lowered to it inside every member's clamp
             assert batch_fill == "nearest" and planned == batch_bins // len(batch) and kind == BatchKind.LOWERED
-            assert all(POLICY.frame_count_range(n)[0] <= planned for n in lengths)
+            assert all(frame_range(POLICY, n)[0] <= planned for n in lengths)
         assert len(batch) * planned <= batch_bins  # hard budget: only a lone utterance may exceed it
 
 
@@ -134,7 +134,7 @@ def test_validation_batches_keep_the_budget_at_their_padded_standard_rate_cost(t
     batches = [b.keys for b in sampler.planned_batches(1)]
     assert sorted(k for b in batches for k in b) == sorted(utt2samples)
     for batch, padded in zip(batches, [b.plan.num_frames for b in sampler.planned_batches(1)]):
-        std = [POLICY.standard_frame_count(utt2samples[k]) for k in batch]
+        std = [standard_count(POLICY, utt2samples[k]) for k in batch]
         assert padded == max(std)
         assert len(batch) * padded <= 3000 or (len(batch) == 1 and padded > 3000)
     assert max(len(b) for b in batches) > 1  # it does batch
@@ -180,10 +180,10 @@ def test_frontend_computes_the_planned_frames(tmp_path):
 @FAST
 @given(durations=durations_sec, batch_bins=st.integers(200, 20000), target_hz=st.sampled_from([70.0, 80.0, 90.0]))
 def test_a_lower_target_rate_keeps_coverage_budget_and_ctc_minimum(tmp_path, durations, batch_bins, target_hz):
-    policy = FrameRatePolicy(target_frame_rate_hz=target_hz)
+    policy = FrameRatePolicy(fs=16000, hop_length=160, target_frame_rate_hz=target_hz)
     shape_files, utt2samples = write_shape_files(tmp_path, [int(d * 16000) for d in durations])
     # A dense transcript for every third utterance: 0.9 x its standard frames are needed.
-    need = {k: max(1, int(0.9 * POLICY.standard_frame_count(n))) if i % 3 == 0 else 1
+    need = {k: max(1, int(0.9 * standard_count(POLICY, n))) if i % 3 == 0 else 1
             for i, (k, n) in enumerate(sorted(utt2samples.items()))}
     sampler = DynResBatchSampler(batch_bins=batch_bins, shape_files=shape_files, policy=policy, utt2min_frames=need)
     batches, per_utt = [b.keys for b in sampler.planned_batches(2)], [b.plan.frames for b in sampler.planned_batches(2)]
@@ -191,7 +191,7 @@ def test_a_lower_target_rate_keeps_coverage_budget_and_ctc_minimum(tmp_path, dur
     assert set(counts) == set(utt2samples) and set(counts.values()) == {1}
     for batch, frames in zip(batches, per_utt):
         for k, t in zip(batch, frames):
-            lo, hi = policy.frame_count_range(utt2samples[k], policy.fallback_frame_rate_hz)
+            lo, hi = frame_range(policy, utt2samples[k], policy.fallback_frame_rate_hz)
             assert lo <= t <= hi  # a rate the frontend can produce
             assert t >= min(need[k], hi), (k, t, need[k])  # CTC minimum wherever the clamp reaches it
         if len(batch) > 1:
@@ -202,7 +202,7 @@ def test_a_lower_target_rate_costs_fewer_frames_for_the_same_batches(tmp_path):
     durations = [1.0 + 0.01 * i for i in range(200)]  # all within the clamp's ratio
     shape_files, utt2samples = write_shape_files(tmp_path, [int(d * 16000) for d in durations])
     std = DynResBatchSampler(batch_bins=100000, shape_files=shape_files, policy=POLICY, max_batch_size=10)
-    low = DynResBatchSampler(batch_bins=100000, shape_files=shape_files, policy=FrameRatePolicy(target_frame_rate_hz=80.0),
+    low = DynResBatchSampler(batch_bins=100000, shape_files=shape_files, policy=FrameRatePolicy(fs=16000, hop_length=160, target_frame_rate_hz=80.0),
                              max_batch_size=10)
     assert [b.keys for b in std.planned_batches(1)] == [b.keys for b in low.planned_batches(1)]  # max_batch_size decides the grouping
     frames_std = sum(len(b) * t for b, t in zip([b.keys for b in std.planned_batches(1)], [b.plan.num_frames for b in std.planned_batches(1)]))
@@ -217,7 +217,7 @@ long_tailed_sec = st.lists(
 
 def lowest_frames(num_samples):
     """Fewest frames the rules allow an utterance: its frame count at fallback_frame_rate_hz."""
-    return POLICY.frame_count_range(num_samples, POLICY.fallback_frame_rate_hz)[0]
+    return frame_range(POLICY, num_samples, POLICY.fallback_frame_rate_hz)[0]
 
 
 @FAST
@@ -234,7 +234,7 @@ def test_ddp_budget_holds_unless_an_utterance_cannot_meet_its_share(tmp_path, du
         if len(utt2samples) >= world_size:
             assert len(batch) >= world_size  # every rank gets an utterance
         for k, t in zip(batch, frames):  # a frame count the frontend can produce, never the 100 Hz padding
-            lo, hi = POLICY.frame_count_range(utt2samples[k], POLICY.fallback_frame_rate_hz)
+            lo, hi = frame_range(POLICY, utt2samples[k], POLICY.fallback_frame_rate_hz)
             assert lo <= t <= hi
         cost = len(batch) * max(frames)
         if cost > batch_bins:

@@ -195,7 +195,7 @@ def features(repo: Path) -> Dict[str, str]:
             frontend.train()
             out = frontend.features(speech, speech_lengths)
             runs["train_no_plan"] = out
-            counts = [frontend.policy.frame_count_range(n)[0] for n in lengths]  # each at its lowest count
+            counts = [int(frontend.policy.frame_count_ranges([n])[0][0]) for n in lengths]  # each at its lowest count
             plan = list(_plan_argument(counts).values())[0]
             out_plan = frontend.features(speech, speech_lengths, plan)
             runs["train_planned_lowest"] = out_plan
@@ -249,11 +249,11 @@ def _train_steps(model, num_steps: int) -> Dict[str, List[str]]:
     for step in range(num_steps):
         lengths = sorted(rng.integers(8000, 40000, size=3).tolist(), reverse=True)
         speech, speech_lengths = _speech(100 + step, lengths)
-        lo = max(policy.frame_count_range(n)[0] for n in lengths)
-        hi = min(policy.frame_count_range(n)[1] for n in lengths)
-        t = policy.pick_frame_count(lo, hi, int(sum(policy.standard_frame_count(n) for n in lengths)), len(lengths))
+        lo = max(int(policy.frame_count_ranges([n])[0][0]) for n in lengths)
+        hi = min(int(policy.frame_count_ranges([n])[1][0]) for n in lengths)
+        t = policy.pick_frame_count(lo, hi, int(policy.standard_frame_counts(lengths).sum()), len(lengths))
         plan = _plan_argument([t] * len(lengths) if t is not None else
-                              [policy.frame_count_range(n, policy.fallback_frame_rate_hz)[0] for n in lengths])
+                              policy.frame_count_ranges(lengths, policy.fallback_frame_rate_hz)[0].tolist())
         text_lengths = torch.tensor([int(n // 8000) + 1 for n in lengths])
         text = torch.full((len(lengths), int(text_lengths.max())), -1, dtype=torch.long)
         for b, n in enumerate(text_lengths.tolist()):

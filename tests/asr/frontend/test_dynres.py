@@ -5,7 +5,7 @@ import torch
 from espnet2.asr.frontend.default import DefaultFrontend
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.core import features
-from factory import RECIPE_FRONTEND, pad_batch, plan_of, real_utterances
+from factory import RECIPE_FRONTEND, pad_batch, plan_of, real_utterances, common_frame_count, frame_range, frame_rate, frame_shift
 from float_tolerance import assert_close_float32, assert_logmel_close, conv_reduction_length, float32_allowance
 
 pytestmark = pytest.mark.numeric  # float results: .ci/run runs them again at another thread count
@@ -136,7 +136,7 @@ def test_batched_frame_shifts_are_bit_identical_to_the_policy(fs_hz):
     rates = None if fs_hz is None else torch.tensor(fs_hz)[torch.arange(len(num_samples)) % 3]
     shifts = fe.policy.frame_shifts_samples(num_samples, num_frames, fs_hz=rates)
     ref = [
-        fe.policy.frame_shift_samples(n, t, fs_hz=None if rates is None else int(rates[i]))
+        frame_shift(fe.policy, n, t, fs_hz=None if rates is None else int(rates[i]))
         for i, (n, t) in enumerate(zip(num_samples.tolist(), num_frames.tolist()))
     ]
     assert shifts.dtype == torch.float64 and shifts.tolist() == ref
@@ -150,7 +150,7 @@ def test_batched_frame_shifts_are_bit_identical_to_the_policy(fs_hz):
 def test_training_batch_has_one_frame_count_and_no_padding(feasible_batch, method):
     _, speech, lengths = feasible_batch
     fe = DynResFrontend(method=method, **RECIPE_FRONTEND).train()
-    t = fe.policy.common_frame_count(lengths.tolist())
+    t = common_frame_count(fe.policy, lengths.tolist())
     assert t is not None
     out = fe.features(speech, lengths)
     feats, feats_lengths = out.feats, out.feats_lengths
@@ -189,7 +189,7 @@ def test_resample_snaps_rates_to_a_grid_and_keeps_exact_frame_counts(feasible_ba
     assert len(set(new_rates)) > 1
     # The hop correction after snapping is small: actual rates within half a grid step of the ideal.
     actual = fe.features(speech, lengths).frame_rates_hz
-    ideal = torch.tensor([fe.policy.frame_rate_hz(n, int(counts[0])) for n in lengths.tolist()])
+    ideal = torch.tensor([frame_rate(fe.policy, n, int(counts[0])) for n in lengths.tolist()])
     step_hz = fe.resample_grid_hz / fe.hop_length
     # half a grid step, plus the float32 rounding of the two rates
     assert ((actual - ideal).abs() <= step_hz / 2 + float32_allowance(ideal, reduction_length=2)).all()
@@ -220,7 +220,7 @@ def test_resample_filterbank_variants_batched_equal_one_by_one_on_a_planned_padd
     # A padded plan (each utterance at its own lowest frame count): the rows have different lengths.
     wavs, speech, lengths = real_batch
     fe = DynResFrontend(method="resample", resample_filterbank=filterbank, **RECIPE_FRONTEND).train()
-    counts = torch.tensor([fe.policy.frame_count_range(n)[0] for n in lengths.tolist()])
+    counts = torch.tensor([frame_range(fe.policy, n)[0] for n in lengths.tolist()])
     assert len(set(counts.tolist())) > 1
     out = fe.features(speech, lengths, plan_of(counts))
     assert out.feats_lengths.tolist() == counts.tolist() and out.feats.shape[1] == int(counts.max())
@@ -236,9 +236,9 @@ def test_batch_without_common_frame_count_is_planned_as_the_sampler_plans_it_eac
     short, long = real_utterances(1, concat=1, start=0)[0], real_utterances(1, concat=8, start=20)[0]
     speech, lengths = pad_batch([short, long])
     fe = DynResFrontend(**RECIPE_FRONTEND).train()
-    assert fe.policy.common_frame_count(lengths.tolist(), min_rate_hz=50.0) is None
+    assert common_frame_count(fe.policy, lengths.tolist(), min_rate_hz=50.0) is None
     out = fe.features(speech, lengths)
-    lowest = [fe.policy.frame_count_range(n, fe.policy.fallback_frame_rate_hz)[0] for n in lengths.tolist()]
+    lowest = [frame_range(fe.policy, n, fe.policy.fallback_frame_rate_hz)[0] for n in lengths.tolist()]
     assert out.feats_lengths.tolist() == lowest and out.fallback and fe.num_fallback_batches == 1
     # the same features as that plan given explicitly (the sampler's padded batch)
     planned = fe.features(speech, lengths, plan_of(lowest))
@@ -267,7 +267,7 @@ def test_8k_configuration_gives_100_hz_in_eval_and_one_frame_count_in_training()
     assert out_lengths.tolist() == [1 + n // 80 for n in lengths.tolist()]  # 100 Hz at 8 kHz
     fe.train()
     feats, feats_lengths = fe(speech, lengths)
-    if fe.policy.common_frame_count(lengths.tolist()) is not None:
+    if common_frame_count(fe.policy, lengths.tolist()) is not None:
         assert len(set(feats_lengths.tolist())) == 1
 
 

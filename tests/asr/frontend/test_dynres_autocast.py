@@ -10,7 +10,7 @@ import torch
 
 from espnet_dynres.asr.frontend.dynres import DynResFrontend
 from espnet_dynres.core.frame_rate_policy import FrameRatePolicy
-from factory import RECIPE_FRONTEND, pad_batch, real_utterances
+from factory import RECIPE_FRONTEND, pad_batch, real_utterances, common_frame_count
 
 pytestmark = pytest.mark.numeric  # float results: .ci/run runs them again at another thread count
 
@@ -22,8 +22,8 @@ pytestmark = pytest.mark.numeric  # float results: .ci/run runs them again at an
 def batch():
     """Real FSDD utterances (3 digits each, 16 kHz) that share a frame count inside 70-130 Hz."""
     wavs = sorted(real_utterances(6, concat=3, start=30), key=len)
-    policy = FrameRatePolicy()
-    assert policy.common_frame_count([len(w) for w in wavs]) is not None
+    policy = FrameRatePolicy(fs=16000, hop_length=160)
+    assert common_frame_count(policy, [len(w) for w in wavs]) is not None
     return pad_batch(wavs)
 
 
