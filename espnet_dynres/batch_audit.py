@@ -1,45 +1,8 @@
-"""Batch audit: what a batch sampler does to a corpus, in numbers.
+"""Batch audit: what a batch sampler does to a corpus, in numbers (CLI: :mod:`espnet_dynres.bin.audit_batches`).
 
-Given the batches a sampler yields in two epochs and the utterance lengths from
-ESPnet shape files, :func:`audit_batches` computes (numpy, vectorized; 1M
-utterances in seconds):
-
-* **batch count and batch-size distribution** (utterances per batch);
-* **padding fraction** — padded feature frames / all feature frames computed,
-  ``Σ_b (B_b · T_b − Σ_i frames_i) / Σ_b B_b · T_b``.  For ESPnet's samplers
-  every utterance has its standard frame count ``1 + samples // hop_length``
-  and a batch is padded to its longest member (``T_b`` = max).  For ``dynres``
-  (the sampler's :class:`~espnet_dynres.core.batch_planner.BatchPlan` per batch) a
-  ``RULE`` or ``LOWERED`` batch has ``B × T`` frames and no padding (every utterance is
-  brought to ``T``); a ``PADDED`` batch is padded to its longest member at the frames
-  the sampler planned for each (each at its lowest rate);
-* **audio per batch** (seconds, the members' samples summed, then ``/ fs``): the
-  actual work of a training step at any frame rate, so the quantity to match
-  when two samplers are compared "at equal audio per step";
-* **per-batch target-token counts** (sum of the text shape file's first field
-  over the batch): min / 5 % / median / 95 % / max / coefficient of variation
-  (std / mean, population std);
-* **per-utterance frame rate** (Hz) of the plan: ``planned frames / standard
-  frames × fs / hop_length`` (the standard rate for ESPnet's samplers; within
-  one frame of the policy's exact ``FrameRatePolicy.frame_rate_hz``, computed
-  here for all utterances at once), its distribution over utterances and the share of
-  utterances more than :data:`OFF_STANDARD_TOLERANCE` (10 %) away from the
-  standard rate.  Validation and decoding run at the standard rate, so this
-  is how far training moves from it (a time-axis perturbation, like speed
-  perturbation without the pitch change);
-* **composition change between two epochs** — the fraction of utterance pairs
-  that share a batch in epoch 1 and no longer share one in epoch 2
-  (``1 − pairs still together / pairs together in epoch 1``; ``None`` when
-  epoch 1 has no batch of two).  It ignores batch order.  ESPnet's samplers
-  build their batch list once and the trainer's ``SequenceIterFactory`` only
-  shuffles the order of batches each epoch, so for them it is 0 by
-  construction; a sampler that redraws batches each epoch scores above 0.
-
-:func:`build_batches` builds the batches with ESPnet's own
-``build_batch_sampler`` (unsorted, sorted, folded, length, numel — with the
-arguments ESPnet's trainer passes) or with the ``dynres`` sampler, and reports
-the build time.  The CLI is :mod:`espnet_dynres.bin.audit_batches`.
-"""
+Padding fraction ``Σ_b (B_b · T_b − Σ_i frames_i) / Σ_b B_b · T_b`` (feature frames; ESPnet's samplers: standard
+``1 + samples // hop_length`` frames, ``T_b`` the longest); frame rate ``planned / standard frames × fs / hop_length``
+Hz; composition change ``1 − pairs still together / pairs together in epoch 1`` (0 for ESPnet's samplers)."""
 
 from __future__ import annotations
 
@@ -66,17 +29,7 @@ RATE_BIN_HZ = 10.0  # width of the audit's frame-rate histogram bins
 
 
 def rate_histogram(rates_hz: np.ndarray, bin_hz: float = RATE_BIN_HZ) -> Dict[str, int]:
-    """Utterances per frame-rate bin: ``{"lo-hi": count}`` for bins ``[lo, hi)`` of ``bin_hz`` Hz on
-    multiples of ``bin_hz``, from the bin of the lowest rate to that of the highest (empty bins kept,
-    so the shape shows).
-
-    Args:
-        rates_hz: ``(N,)`` per-utterance frame rates (Hz).
-        bin_hz: bin width (Hz, > 0).
-
-    Returns:
-        The counts, in rate order; they add up to ``N`` (``{}`` for no utterance).
-    """
+    """``{"lo-hi": count}`` of ``(N,)`` rates (Hz) per ``bin_hz``-wide bin ``[lo, hi)``, in order, empty bins kept."""
     rates = np.asarray(rates_hz, dtype=np.float64)
     if rates.size == 0:
         return {}
@@ -87,19 +40,9 @@ def rate_histogram(rates_hz: np.ndarray, bin_hz: float = RATE_BIN_HZ) -> Dict[st
     return {f"{a:g}-{b:g}": int(c) for a, b, c in zip(edges[:-1], edges[1:], counts)}
 
 
-# --------------------------------------------------------------------- input
 @dataclass(frozen=True)
 class ShapeTable:
-    """Utterance lengths read from shape files.
-
-    Attributes:
-        keys: utterance ids in file order.
-        num_samples: ``(N,)`` int64, samples per utterance (speech shape file,
-            first field).
-        num_tokens: ``(N,)`` int64 target tokens per utterance (text shape
-            file, first field), or ``None`` without a text shape file.
-    """
-
+    """Shape files' ``keys``, ``num_samples`` and ``num_tokens`` (``(N,)`` int64; tokens ``None`` without text)."""
     keys: List[str]
     num_samples: np.ndarray
     num_tokens: Optional[np.ndarray] = None
@@ -110,11 +53,8 @@ class ShapeTable:
 
 def read_shape_table(speech_shape: Union[str, Path], text_shape: Optional[Union[str, Path]] = None) -> ShapeTable:
     """:class:`ShapeTable` from a speech shape file and an optional text shape file.
-
     Raises:
-        ValueError: malformed files, or keys differing between the two files
-            (the message names up to 5 keys on each side and the fix).
-    """
+        ValueError: malformed files, or keys differing between the two (up to 5 named on each side)."""
     keys, samples = read_shape_file(speech_shape)
     tokens = None
     if text_shape is not None:
@@ -123,23 +63,15 @@ def read_shape_table(speech_shape: Union[str, Path], text_shape: Optional[Union[
         if len(index) != len(keys) or any(k not in index for k in keys):
             missing = [k for k in keys if k not in index][:5]
             extra = sorted(set(text_keys) - set(keys))[:5]
-            raise ValueError(
-                f"{text_shape} lacks {missing} and has extra {extra} compared with {speech_shape}; "
-                "use the shape files of one collect-stats run (stage 10)."
-            )
+            raise ValueError(f"{text_shape} lacks {missing} and has extra {extra} compared with {speech_shape}; "
+                             "use the shape files of one collect-stats run (stage 10).")
         tokens = text_tokens[np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))]
     return ShapeTable(keys=keys, num_samples=samples, num_tokens=tokens)
 
 
-# -------------------------------------------------------------------- output
 @dataclass(frozen=True)
 class Distribution:
-    """Summary of a per-batch or per-utterance quantity (e.g. batch size, target tokens, frame rate).
-
-    ``cv`` is the coefficient of variation, population std / mean (0 for a
-    constant quantity, ``nan`` for mean 0).
-    """
-
+    """Summary of a per-batch or per-utterance quantity; ``cv`` = population std / mean (``nan`` for mean 0)."""
     min: float
     p5: float
     median: float
@@ -161,45 +93,10 @@ class Distribution:
 
 @dataclass
 class BatchAudit:
-    """What :func:`audit_batches` measured (epoch 1 unless said otherwise).
-
-    Attributes:
-        batch_type: the sampler's name (free text, for reports).
-        num_utterances: utterances in the shape files.
-        num_utterances_in_batches: utterance slots in epoch 1's batches (equal to
-            ``num_utterances`` when every utterance is used exactly once).
-        num_batches: batches in epoch 1.
-        batch_size: utterances per batch.
-        total_frames: ``Σ B × T`` feature frames computed, padding included.
-        padded_frames: of those, frames that are padding.
-        padding_fraction: ``padded_frames / total_frames``.
-        num_padded_batches: batches without a planned ``T`` (``dynres`` only;
-            0 for ESPnet's samplers, whose batches are all padded).
-        tokens: per-batch target-token counts, ``None`` without a text shape file.
-        composition_change: fraction of epoch-1 co-batched utterance pairs not
-            co-batched in epoch 2 (module docstring); ``None`` if undefined.
-        frame_rate_hz: per-utterance frame rate of the plan in Hz (module
-            docstring); the standard rate for every utterance of a padded batch.
-        off_standard_rate_fraction: share of utterances whose frame rate is more
-            than :data:`OFF_STANDARD_TOLERANCE` away from the standard rate.
-        frame_rate_histogram: utterances per frame-rate bin of
-            :data:`RATE_BIN_HZ` Hz (:func:`rate_histogram`), as ``{"70-80": n, ...}`` in Hz.
-        audio_sec: seconds of audio per batch (the actual work of a step, whatever
-            the frame rate or padding: compare samplers at equal mean audio_sec).
-        num_below_clamp: utterances planned *below the clamp* (``below_clamp``:
-            fewer frames than ``min_frame_rate_hz`` gives,
-            :meth:`FrameRatePolicy.below_clamp`); ``None`` without a policy.
-        frames: feature frames computed per batch, ``B × T`` (padding included).
-        build_time_sec: seconds to build the sampler and draw epoch 1's
-            batches (0 when not measured).
-        batch_sizes, batch_frames, batch_padded_frames, batch_tokens,
-        batch_audio_sec, batch_min_sec, batch_max_sec: ``(num_batches,)`` per-batch
-            arrays in the sampler's order (sizes, ``B × T`` frames, padded frames,
-            target tokens or ``None``, seconds of audio, shortest and longest
-            member in seconds); ``utt_frame_rate_hz`` ``(utterance slots,)`` the planned
-            rate of every member, batch by batch.
-    """
-
+    """What :func:`audit_batches` measured (epoch 1): per batch ``batch_size``, ``tokens`` (``None`` without text),
+    ``audio_sec`` (s), ``frames`` (``B × T``); per utterance ``frame_rate_hz`` (Hz); ``batch_*`` arrays
+    ``(num_batches,)`` in sampler order, ``utt_frame_rate_hz`` ``(utterance slots,)`` Hz; ``composition_change``
+    (``None`` without a batch of two) and ``num_below_clamp`` (``None`` without a policy)."""
     batch_type: str
     num_utterances: int
     num_utterances_in_batches: int
@@ -233,33 +130,26 @@ class BatchAudit:
         for name in ("batch_sizes", "batch_frames", "batch_padded_frames", "batch_tokens",
                      "batch_audio_sec", "batch_min_sec", "batch_max_sec", "utt_frame_rate_hz"):
             out.pop(name)
-
         def clean(x):
             if isinstance(x, dict):
                 return {k: clean(v) for k, v in x.items()}
             return None if isinstance(x, float) and math.isnan(x) else x
-
         return clean(out)
 
 
-# ----------------------------------------------------------------- the audit
 def _flat_indices(batches: Sequence[Sequence[str]], index: Dict[str, int], what: str) -> Tuple[np.ndarray, np.ndarray]:
-    """``(flat utterance indices, batch sizes)`` for a list of batches of keys."""
     sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
     try:
         flat = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(batches)), dtype=np.int64,
                            count=int(sizes.sum()))
     except KeyError as e:
-        raise ValueError(
-            f"utterance {e.args[0]} in the {what} batches is not in the shape files; "
-            "audit the sampler with the shape files it was built from."
-        ) from None
+        raise ValueError(f"utterance {e.args[0]} in the {what} batches is not in the shape files; "
+                         "audit the sampler with the shape files it was built from.") from None
     return flat, sizes
 
 
-def _change_from_flat(
-    num_keys: int, flat_a: np.ndarray, sizes_a: np.ndarray, flat_b: np.ndarray, sizes_b: np.ndarray
-) -> Optional[float]:
+def _change_from_flat(num_keys: int, flat_a: np.ndarray, sizes_a: np.ndarray, flat_b: np.ndarray,
+                      sizes_b: np.ndarray) -> Optional[float]:
     pairs_a = int((sizes_a * (sizes_a - 1) // 2).sum())
     if pairs_a == 0:
         return None
@@ -277,20 +167,12 @@ def _change_from_flat(
     return 1.0 - kept / pairs_a
 
 
-def composition_change(
-    batches_a: Sequence[Sequence[str]], batches_b: Sequence[Sequence[str]], keys: Optional[Sequence[str]] = None
-) -> Optional[float]:
-    """Fraction of utterance pairs co-batched in ``batches_a`` that are not in ``batches_b``.
-
-    ``1 − Σ_{a,b} C(|A_a ∩ B_b|, 2) / Σ_a C(|A_a|, 2)``, computed from each
-    utterance's batch index in both lists (a sort over the utterances, not a
-    loop over pairs).  Utterances missing from ``batches_b`` count as separated.
-    ``keys`` (default: every key in either list) must contain every key.
-    Returns ``None`` when no batch in ``batches_a`` has two utterances.
-
+def composition_change(batches_a: Sequence[Sequence[str]], batches_b: Sequence[Sequence[str]],
+                       keys: Optional[Sequence[str]] = None) -> Optional[float]:
+    """Fraction of pairs co-batched in ``batches_a`` and not in ``batches_b``, ``1 − Σ_{a,b} C(|A_a ∩ B_b|, 2) /
+    Σ_a C(|A_a|, 2)`` (missing keys count as separated; ``keys`` default: all; ``None`` without a batch of two).
     Raises:
-        ValueError: a key not in ``keys``.
-    """
+        ValueError: a key not in ``keys``."""
     if keys is None:
         keys = sorted({k for b in batches_a for k in b} | {k for b in batches_b for k in b})
     index = dict(zip(keys, range(len(keys))))
@@ -299,41 +181,14 @@ def composition_change(
     return _change_from_flat(len(keys), flat_a, sizes_a, flat_b, sizes_b)
 
 
-def audit_batches(
-    table: ShapeTable,
-    batches_epoch1: Sequence[Sequence[str]],
-    batches_epoch2: Optional[Sequence[Sequence[str]]] = None,
-    *,
-    hop_length_samples: int,
-    fs_hz: int,
-    plans: Optional[Sequence[BatchPlan]] = None,
-    batch_type: str = "",
-    build_time_sec: float = 0.0,
-    policy=None,
-) -> BatchAudit:
-    """Audit one epoch's batches (and the change to a second epoch's).
-
-    Args:
-        table: utterance lengths (samples) and optional target tokens.
-        batches_epoch1: the sampler's batches in epoch 1 (tuples of keys).
-        batches_epoch2: the batches in epoch 2; ``None`` skips the composition
-            change (reported as ``None``).
-        hop_length_samples: standard frame shift; an utterance of ``L`` samples
-            has ``1 + L // hop_length_samples`` standard frames.
-        fs_hz: sampling rate of the shape file's samples (for durations in s).
-        plans: per batch of epoch 1, its :class:`~espnet_dynres.core.batch_planner.BatchPlan`
-            (``DynResBatchSampler.planned_batches``: members' frames in batch order); a
-            ``PADDED`` or ``STANDARD`` plan is padded to its longest member.  ``None``:
-            every member at its standard frame count, padded to the longest (ESPnet's samplers).
-        batch_type: name for the report.
-        build_time_sec: measured build time to carry into the report.
-        policy: the dynres :class:`~espnet_dynres.core.frame_rate_policy.FrameRatePolicy`, to count
-            the utterances planned below its clamp (``num_below_clamp``).
-
+def audit_batches(table: ShapeTable, batches_epoch1: Sequence[Sequence[str]],
+                  batches_epoch2: Optional[Sequence[Sequence[str]]] = None, *, hop_length_samples: int, fs_hz: int,
+                  plans: Optional[Sequence[BatchPlan]] = None, batch_type: str = "", build_time_sec: float = 0.0,
+                  policy=None) -> BatchAudit:
+    """Audit epoch 1's batches (key tuples) and the change to ``batches_epoch2``; ``fs_hz``: the shape files' rate (Hz);
+    ``plans``: a :class:`~espnet_dynres.core.batch_planner.BatchPlan` per batch (``None``: standard frames, padded).
     Raises:
-        ValueError: no batches, an empty batch, a key not in ``table``, or ``plans`` of another
-            shape than the batches or with a count below 1.
-    """
+        ValueError: no batches, an empty batch, a key not in ``table``, ``plans`` not matching the batches or < 1."""
     if len(batches_epoch1) == 0:
         raise ValueError(f"{batch_type or 'the sampler'} produced 0 batches")
     index = dict(zip(table.keys, range(len(table))))
@@ -341,13 +196,11 @@ def audit_batches(
     if (sizes == 0).any():
         raise ValueError(f"batch {int(np.argmax(sizes == 0))} of {batch_type or 'the sampler'} is empty")
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-
     std_frames = standard_frame_counts(table.num_samples[flat], hop_length_samples)
     seconds = table.num_samples[flat] / float(fs_hz)
     batch_audio_sec = np.add.reduceat(table.num_samples[flat], starts) / float(fs_hz)  # (num_batches,) s per step
     min_sec = np.minimum.reduceat(seconds, starts)
     max_sec = np.maximum.reduceat(seconds, starts)
-
     if plans is None:
         padded_batch = np.ones(len(sizes), dtype=bool)
         utt_frames = std_frames  # (B_total,) frames per utterance
@@ -366,65 +219,34 @@ def audit_batches(
     utt_rate_hz = utt_frames / std_frames * standard_rate_hz  # (B_total,) Hz
     total = int(batch_frames.sum())
     padded = int(batch_padded.sum())
-
     batch_tokens = None
     tokens = None
     if table.num_tokens is not None:
         batch_tokens = np.add.reduceat(table.num_tokens[flat], starts)
         tokens = Distribution.of(batch_tokens)
-
     change = None
     if batches_epoch2 is not None:
         flat2, sizes2 = _flat_indices(batches_epoch2, index, "epoch-2")
         change = _change_from_flat(len(table), flat, sizes, flat2, sizes2)
-
     return BatchAudit(
-        batch_type=batch_type,
-        num_utterances=len(table),
-        num_utterances_in_batches=int(sizes.sum()),
-        num_batches=len(sizes),
-        batch_size=Distribution.of(sizes),
-        total_frames=total,
-        padded_frames=padded,
+        batch_type=batch_type, num_utterances=len(table), num_utterances_in_batches=int(sizes.sum()),
+        num_batches=len(sizes), batch_size=Distribution.of(sizes), total_frames=total, padded_frames=padded,
         padding_fraction=padded / total if total else 0.0,
-        num_padded_batches=int(padded_batch.sum()) if plans is not None else 0,
-        tokens=tokens,
-        composition_change=change,
-        frame_rate_hz=Distribution.of(utt_rate_hz),
+        num_padded_batches=int(padded_batch.sum()) if plans is not None else 0, tokens=tokens,
+        composition_change=change, frame_rate_hz=Distribution.of(utt_rate_hz),
         audio_sec=Distribution.of(batch_audio_sec),
         off_standard_rate_fraction=float(np.mean(np.abs(utt_rate_hz / standard_rate_hz - 1) > OFF_STANDARD_TOLERANCE)),
         build_time_sec=build_time_sec,
         num_below_clamp=None if policy is None else int(policy.below_clamp(table.num_samples[flat], utt_frames).sum()),
-        frames=Distribution.of(batch_frames),
-        frame_rate_histogram=rate_histogram(utt_rate_hz),
-        utt_frame_rate_hz=utt_rate_hz,
-        batch_sizes=sizes,
-        batch_frames=batch_frames,
-        batch_padded_frames=batch_padded,
-        batch_tokens=batch_tokens,
-        batch_audio_sec=batch_audio_sec,
-        batch_min_sec=min_sec,
-        batch_max_sec=max_sec,
+        frames=Distribution.of(batch_frames), frame_rate_histogram=rate_histogram(utt_rate_hz),
+        utt_frame_rate_hz=utt_rate_hz, batch_sizes=sizes, batch_frames=batch_frames, batch_padded_frames=batch_padded,
+        batch_tokens=batch_tokens, batch_audio_sec=batch_audio_sec, batch_min_sec=min_sec, batch_max_sec=max_sec,
     )
 
 
-# ------------------------------------------------------------ the samplers
 @dataclass
 class SamplerBatches:
-    """Batches of two epochs as the trainer would see them (order aside).
-
-    Attributes:
-        epoch1, epoch2: lists of key tuples: the audited epoch (``epoch`` of
-            :func:`build_batches`, default 1) and the next one.
-        plans: per batch of the audited epoch, its plan (``dynres`` only,
-            ``DynResBatchSampler.planned_batches``); ``None`` for ESPnet's samplers.
-        build_time_sec: seconds (wall clock) to build the sampler (reading the
-            shape files included) and draw epoch 1's batches.
-        build_cpu_sec: the same in CPU seconds of this process (less
-            sensitive to other load on the machine).
-        sampler: the sampler object (for its ``repr``).
-    """
-
+    """Two epochs' batches (key tuples), epoch 1's ``plans`` (``dynres``), build wall/CPU seconds, the ``sampler``."""
     epoch1: List[Tuple[str, ...]]
     epoch2: List[Tuple[str, ...]]
     plans: Optional[List[BatchPlan]]
@@ -433,59 +255,25 @@ class SamplerBatches:
     sampler: object = field(repr=False, default=None)
 
 
-def build_batches(
-    batch_type: str,
-    speech_shape: Union[str, Path],
-    text_shape: Optional[Union[str, Path]] = None,
-    *,
-    batch_size: int = 20,
-    batch_bins: int = 1000000,
-    fold_lengths: Sequence[int] = (80000, 150),
-    sort_in_batch: str = "descending",
-    sort_batch: str = "descending",  # ESPnet's trainer default
-    min_batch_size: int = 1,
-    policy=None,
-    max_batch_size: Optional[int] = None,
-    seed: int = 0,
-    utt2min_frames: Optional[Dict[str, int]] = None,
-    oversized: str = "warn",
-    shuffle_jitter: float = 0.5,
-    batch_fill: str = "below",
-    epoch: int = 1,
-) -> SamplerBatches:
-    """Build a sampler and draw the batches of epochs ``epoch`` and ``epoch + 1`` (default 1 and 2).
-
-    ESPnet batch types go through ``espnet2.samplers.build_batch_sampler`` with
-    the trainer's arguments (shape files ``[speech_shape, text_shape]``,
-    ``fold_lengths`` one per shape file, ``drop_last=False``); ESPnet builds the
-    batch list once, so epoch 2 holds the same batches (the trainer only
-    reorders them).  ``dynres`` builds
-    :class:`~espnet_dynres.samplers.dynres_batch_sampler.DynResBatchSampler`
-    (``batch_bins`` in feature frames ``B × T``; ``policy`` required) and, if the
-    sampler redraws per epoch (``planned_batches``), asks it for epochs ``epoch``
-    and ``epoch + 1`` (they differ in frame counts too under a resolution curriculum).
-
+def build_batches(batch_type: str, speech_shape: Union[str, Path], text_shape: Optional[Union[str, Path]] = None, *,
+                  batch_size: int = 20, batch_bins: int = 1000000, fold_lengths: Sequence[int] = (80000, 150),
+                  sort_in_batch: str = "descending", sort_batch: str = "descending",  # ESPnet's trainer default
+                  min_batch_size: int = 1, policy=None, max_batch_size: Optional[int] = None, seed: int = 0,
+                  utt2min_frames: Optional[Dict[str, int]] = None, oversized: str = "warn",
+                  shuffle_jitter: float = 0.5, batch_fill: str = "below", epoch: int = 1) -> SamplerBatches:
+    """Build a sampler (ESPnet's as its trainer does, or ``dynres``); draw the batches of ``epoch`` and ``epoch + 1``.
     Raises:
-        ValueError: unknown ``batch_type``, ``dynres`` without ``policy``, ``epoch < 1``.
-    """
+        ValueError: unknown ``batch_type``, ``dynres`` without ``policy``, ``epoch < 1``."""
     if epoch < 1:
         raise ValueError(f"epoch must be >= 1 (1-based, as ESPnet's trainer), got {epoch}")
     shape_files = [str(speech_shape)] + ([str(text_shape)] if text_shape is not None else [])
     start, start_cpu = time.perf_counter(), time.process_time()
     if batch_type in ESPNET_BATCH_TYPES:
         from espnet2.samplers.build_batch_sampler import build_batch_sampler
-
         sampler = build_batch_sampler(
-            type=batch_type,
-            batch_size=batch_size,
-            batch_bins=batch_bins,
-            shape_files=shape_files,
-            fold_lengths=list(fold_lengths)[: len(shape_files)],
-            sort_in_batch=sort_in_batch,
-            sort_batch=sort_batch,
-            drop_last=False,
-            min_batch_size=min_batch_size,
-        )
+            type=batch_type, batch_size=batch_size, batch_bins=batch_bins, shape_files=shape_files,
+            fold_lengths=list(fold_lengths)[: len(shape_files)], sort_in_batch=sort_in_batch, sort_batch=sort_batch,
+            drop_last=False, min_batch_size=min_batch_size)
         epoch1 = list(sampler)
         build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         epoch2 = list(sampler)
@@ -497,8 +285,7 @@ def build_batches(
             batch_bins=batch_bins, shape_files=shape_files, policy=policy, min_batch_size=min_batch_size,
             max_batch_size=max_batch_size, sort_in_batch=sort_in_batch, sort_batch=sort_batch,
             utt2min_frames=utt2min_frames, seed=seed, shuffle=True, oversized=oversized,
-            shuffle_jitter=shuffle_jitter, batch_fill=batch_fill,
-        )
+            shuffle_jitter=shuffle_jitter, batch_fill=batch_fill)
         planned = sampler.planned_batches(epoch)
         epoch1, plans = [b.keys for b in planned], [b.plan for b in planned]
         build_time, build_cpu = time.perf_counter() - start, time.process_time() - start_cpu
@@ -508,7 +295,6 @@ def build_batches(
     return SamplerBatches(epoch1, epoch2, plans, build_time, build_cpu, sampler)
 
 
-# ------------------------------------------------------------ matching a reference config
 # The sampler keys of a training config (ESPnet's names), as build_batches takes them.
 CONFIG_KEYS = ("batch_type", "batch_bins", "batch_size", "max_batch_size", "min_batch_size", "seed", "sort_in_batch",
                "sort_batch", "fold_length", "oversized", "shuffle_jitter", "batch_fill")
@@ -523,9 +309,7 @@ def config_sampler_options(conf: Mapping) -> Dict:
 
 
 def budget_figures(audit: BatchAudit) -> Dict[str, float]:
-    """An audit's audio and feature frames per batch, as memory sees them: ``mean_audio_sec``,
-    ``max_audio_sec`` (seconds of audio per batch), ``mean_frames``, ``max_frames`` (``B × T``
-    frames, padding included)."""
+    """An audit's ``mean_audio_sec``, ``max_audio_sec`` (s per batch), ``mean_frames``, ``max_frames`` (``B × T``)."""
     return {"mean_audio_sec": audit.audio_sec.mean, "max_audio_sec": audit.audio_sec.max,
             "mean_frames": audit.frames.mean, "max_frames": audit.frames.max}
 
@@ -539,9 +323,7 @@ def audit_plan(sampler: DynResBatchSampler, table: ShapeTable, epoch: int = 1) -
 
 def reference_figures(reference: Mapping, table: ShapeTable, speech_shape, text_shape=None,
                       fs_hz: Optional[int] = None) -> Dict[str, float]:
-    """:func:`budget_figures` of the batches the training config ``reference`` (a mapping, e.g. a
-    ``numel`` config) plans on the shape files, its samples at ``fs_hz`` (default: the config's
-    ``frontend_conf`` ``fs``, else 16 kHz) framed at its ``hop_length`` (default 160)."""
+    """:func:`budget_figures` of the batches config ``reference`` plans on the shape files (default 16 kHz, hop 160)."""
     options = config_sampler_options(reference)
     frontend_conf = reference.get("frontend_conf") or {}
     policy = FrontendConfig.from_conf(frontend_conf).policy if reference.get("frontend") == "dynres" else None
@@ -554,28 +336,10 @@ def reference_figures(reference: Mapping, table: ShapeTable, speech_shape, text_
 
 def match(reference: Mapping, table: ShapeTable, speech_shape, text_shape=None, *, policy: FrameRatePolicy,
           fs_hz: Optional[int] = None, batch_bins: Optional[int] = None, epoch: int = 1, **options) -> Dict:
-    """The dynres ``batch_bins`` for a reference training config (e.g. the user's ``numel`` one).
-
-    Two candidates, each planned in full with the dynres settings ``policy`` and ``options``
-    (:func:`build_batches`' keywords): the value with the reference's mean audio per step
-    (``batch_bins_mean_matched``) and the largest value whose largest batch over epochs ``epoch``
-    and ``epoch + 1`` holds no more ``B × T`` frames than the reference's largest, which the user
-    sized for memory (``batch_bins_memory_safe``).  A value the frame-rate clamp never lets a batch
-    reach bounds nothing and is replaced by the fullest batch it plans (flags
-    ``reference_mean_unreachable``, ``memory_bound_never_binds``).  The suggestion ``batch_bins`` is
-    the smaller of the two.
-
-    Args:
-        reference: the reference training config (mapping).
-        table, speech_shape, text_shape: the shape files to plan on (both configs alike).
-        fs_hz: the reference's sampling rate when its config does not give it.
-        batch_bins: the dynres value to start the search from (default: the reference's largest batch).
-
-    Returns:
-        ``{"reference_figures", "batch_bins", "batch_bins_memory_safe", "batch_bins_mean_matched",
-        "reference_mean_unreachable", "memory_bound_never_binds", "figures"}``; ``figures`` holds
-        :func:`budget_figures` of each of the three values.
-    """
+    """The dynres ``batch_bins`` for a reference config (e.g. the user's ``numel`` one), planned with ``policy`` and
+    ``options``: ``batch_bins_mean_matched`` (its mean audio per step), ``batch_bins_memory_safe`` (no batch of
+    ``epoch``, ``epoch + 1`` larger in ``B × T`` than its largest; each the fullest planned batch if the clamp binds
+    first), ``batch_bins`` (the smaller), their ``figures``, ``reference_figures`` and flags."""
     ref = reference_figures(reference, table, speech_shape, text_shape, fs_hz)
     sampler = build_batches("dynres", speech_shape, text_shape, batch_bins=batch_bins or int(ref["max_frames"]),
                             policy=policy, epoch=epoch, **options).sampler

@@ -112,3 +112,16 @@ def test_the_layout_test_can_fail(tmp_path):
     path.write_text("from espnet_dynres.glue import trainer\nimport espnet2.tasks.asr\n")
     found = [name for name, _ in imports(path, "espnet_dynres.asr.m")]
     assert "espnet_dynres.glue.trainer" in found and "espnet2.tasks.asr" in found
+
+
+TRAINING_LAYERS = BELOW_GLUE + ("espnet_dynres.glue",)
+TOOLS = ("espnet_dynres.batch_audit", "espnet_dynres.bin")
+
+
+def test_training_imports_no_tool():
+    """What training runs (the glue and every layer below it) never imports the audit or a command-line tool."""
+    for module, path in modules().items():
+        if not module.startswith(TRAINING_LAYERS):
+            continue
+        for name, _ in imports(path, module):
+            assert not name.startswith(TOOLS), f"{module} imports {name} (a tool; training must not need it)"

@@ -1,13 +1,5 @@
-"""The BatchNorm re-estimate's sample of training utterances, bounded by the run's evaluation budget.
-
-Why the re-estimate exists, and how it runs, is in :mod:`espnet_dynres.asr.batchnorm_reestimate`.
-This module keeps a uniform sample of the epoch's training utterances, as large as a few
-validation batches (a budget in standard frames or input elements, never a count of utterances,
-so that its cost does not grow with the length of the utterances), in the model's input as it came
-(raw audio, so any frame rate can be computed from it, or extracted features ``(T_frames, D)``),
-in host memory, and gives it back as padding-free batches of that budget, grouped by the planner
-in evaluation mode (:meth:`~espnet_dynres.core.batch_planner.BatchPlanner.for_evaluation`).
-"""
+"""The BatchNorm re-estimate's sample of training utterances, bounded by the run's evaluation budget
+(:mod:`espnet_dynres.asr.batchnorm_reestimate`)."""
 
 from __future__ import annotations
 
@@ -31,24 +23,10 @@ BATCH_SIZE_TYPES = ("unsorted", "sorted", "folded")
 class RestatBudget:
     """How large one batch of the re-estimate may be: the run's evaluation budget.
 
-    A batch of the re-estimate costs ``B × the cost of its longest member``, the padded cost the
-    validation samplers plan with, although the batch itself is cut to its shortest member (so
-    what is computed is never more).  The cost of one utterance is
-
-    * ``hop_length`` set: its standard frame count ``1 + T_samples // hop_length`` — the unit of
-      ``batch_type: dynres``'s ``batch_bins`` (feature frames);
-    * ``hop_length`` ``None``: its elements ``T × D`` (samples for raw audio, frames × feature
-      dimension for extracted features) — the unit of ESPnet's ``numel`` and ``length`` budgets.
-
-    Args:
-        batch_bins: most cost per batch; ``None``: no bins limit (then ``max_batch_size`` limits).
-        max_batch_size: most utterances per batch; ``None``: no count limit.  Both ``None`` is
-            refused: a pass over data is always bounded.
-        hop_length: see above (samples per standard frame).
-        fold_length: ESPnet's ``folded`` rule: with it, a batch whose longest member has ``L``
-            (samples or frames) holds at most ``max(1, max_batch_size // (1 + L // fold_length))``.
-
-    An utterance whose cost alone is over ``batch_bins`` is encoded alone (never joins a batch).
+    A batch costs ``B ×`` its longest member's cost: ``1 + T_samples // hop_length`` standard frames when
+    ``hop_length`` (samples per standard frame) is set, else its elements ``T × D``.  ``batch_bins``: most cost
+    per batch; ``max_batch_size``: most utterances (``None``: no limit; not both); ``fold_length``: ESPnet's
+    ``folded`` rule, at most ``max(1, max_batch_size // (1 + L // fold_length))`` for a longest member ``L``.
 
     Raises:
         ValueError: neither limit given, or a limit below 1.
@@ -74,33 +52,24 @@ class RestatBudget:
         return int(utt.numel())
 
     def max_batch_size_for(self, longest: torch.Tensor) -> Optional[int]:
-        """The most utterances of a batch whose longest member is ``longest``: ``max_batch_size``,
-        under ESPnet's ``folded`` rule divided by ``1 + T // fold_length``."""
+        """The most utterances of a batch whose longest member is ``longest`` (``folded`` rule applied)."""
         limit = self.max_batch_size
         if limit is not None and self.fold_length is not None:
             limit = max(1, limit // (1 + int(longest.shape[0]) // self.fold_length))
         return limit
 
     def sample_cost(self, utt: torch.Tensor) -> int:
-        """An utterance's share of the re-estimate's sample (:class:`BatchNormSample`): its
-        :meth:`cost` under a bins budget, ``1`` under a count budget (``batch_bins`` ``None``)."""
+        """An utterance's share of the sample: :meth:`cost` under a bins budget, ``1`` under a count budget."""
         return self.cost(utt) if self.batch_bins is not None else 1
 
     def sample_capacity(self, num_batches: int) -> int:
-        """Most total :meth:`sample_cost` of a sample of ``num_batches`` evaluation batches:
-        ``num_batches × batch_bins``, or ``num_batches × max_batch_size`` under a count budget."""
+        """Most total :meth:`sample_cost` of ``num_batches`` evaluation batches."""
         return num_batches * (self.batch_bins if self.batch_bins is not None else self.max_batch_size)
 
     @classmethod
     def from_task_args(cls, args: argparse.Namespace, hop_length: Optional[int] = None) -> "RestatBudget":
-        """The budget of the run's validation: ``valid_batch_type`` (else ``batch_type``) with
-        ``valid_batch_bins`` / ``valid_batch_size`` (else ``batch_bins`` / ``batch_size``), as
-        ESPnet's trainer builds the validation iterator.
-
-        Args:
-            args: ESPnet's task arguments.
-            hop_length: the dynres frontend's standard frame shift (samples); used with
-                ``dynres`` batches, whose ``batch_bins`` counts standard frames.
+        """The budget of the run's validation (``valid_batch_*`` else ``batch_*`` of ESPnet's task ``args``);
+        ``hop_length``: the dynres frontend's standard frame shift (samples), for ``dynres`` batches.
 
         Raises:
             ValueError: a ``dynres`` budget without ``hop_length`` (no dynres frontend).
@@ -126,27 +95,9 @@ class BatchNormSample:
     """A uniform sample of training utterances, bounded in input, from which
     :func:`~espnet_dynres.asr.batchnorm_reestimate.reestimate_batchnorm` re-estimates BatchNorm statistics.
 
-    The sample holds each kept utterance as the model received it, unpadded: raw audio
-    ``(T_samples,)`` (or ``(T_samples, C)``) or extracted features ``(T_frames, D)``, as a copy
-    in host memory (pinned when it came from a CUDA device, so the copy back is asynchronous);
-    the device holds one batch of it at a time, only while the re-estimate runs.
-
-    **Its size is a budget, not a count of utterances.**  Every utterance :meth:`add` sees gets a
-    random key (uniform in [0, 1), drawn in the order the utterances come); the sample is the
-    longest run of utterances in key order whose total cost fits ``num_batches`` evaluation
-    batches (:meth:`RestatBudget.sample_capacity`: ``num_batches × batch_bins`` standard frames or
-    input elements, or ``num_batches × max_batch_size`` utterances under a count budget).  That
-    is a prefix of a uniformly random order of the epoch's utterances, so every utterance is
-    equally likely to be drawn first, and the re-estimate costs at most about ``num_batches``
-    validation batches per BatchNorm layer however long the utterances are.  It is computed in
-    one pass (the kept set only shrinks from the largest key), holding at most the capacity plus
-    one batch.  An utterance whose cost alone is over the capacity ends the run where its key
-    falls.
-
-    Args:
-        num_batches: size of the sample per epoch, in evaluation batches (see above); ``0``
-            keeps none (the re-estimate is off).
-        seed: seed of the keys (deterministic given the order of the utterances).
+    Kept utterances are unpadded host copies of the model's input (``(T_samples,)``, ``(T_samples, C)`` or
+    ``(T_frames, D)``): the longest run, in order of random keys (from ``seed``), whose total cost fits
+    :meth:`RestatBudget.sample_capacity` of ``num_batches`` (``0``: none, re-estimate off).
 
     Raises:
         ValueError: ``num_batches`` is negative.
@@ -181,12 +132,9 @@ class BatchNormSample:
         """Offer a training batch's utterances to the sample.
 
         Args:
-            speech: ``(B, T_samples)`` float32 raw audio, ``(B, T_samples, C)``, or extracted
-                features ``(B, T_frames, D)``, padded along dim 1; an utterance is kept as
-                ``speech[b, :speech_lengths[b]]`` (a detached host copy).
+            speech: ``(B, T_samples)`` float32 raw audio, ``(B, T_samples, C)``, or features ``(B, T_frames, D)``.
             speech_lengths: ``(B,)`` int64 samples (or frames) before padding.
-            budget: the run's evaluation budget; the sample's capacity is
-                ``budget.sample_capacity(num_batches)`` (class docstring).
+            budget: the run's evaluation budget.
 
         Raises:
             ValueError: ``speech`` is not 2-D or 3-D, or ``speech_lengths`` is not ``(B,)``.
@@ -194,11 +142,9 @@ class BatchNormSample:
         if self.num_batches == 0:
             return
         if speech.dim() not in (2, 3) or speech_lengths.shape != speech.shape[:1]:
-            raise ValueError(
-                f"the BatchNorm re-estimate takes speech (B, T_samples), (B, T_samples, C) or features "
-                f"(B, T_frames, D) with speech_lengths (B,), got {tuple(speech.shape)} and "
-                f"{tuple(speech_lengths.shape)}"
-            )
+            raise ValueError(f"the BatchNorm re-estimate takes speech (B, T_samples), (B, T_samples, C) or features "
+                             f"(B, T_frames, D) with speech_lengths (B,), got {tuple(speech.shape)} and "
+                             f"{tuple(speech_lengths.shape)}")
         capacity = budget.sample_capacity(self.num_batches)
         added = []
         for b, length in enumerate(speech_lengths.tolist()):
@@ -221,9 +167,7 @@ class BatchNormSample:
                 entry[2] = self._host_copy(entry[2])
 
     def clear(self) -> None:
-        """Start the next epoch's sample.  The keys restart from ``seed``, so an epoch's sample
-        depends only on that epoch's utterance order, and a run resumed from a checkpoint
-        (``--resume true``, a fresh sample) re-estimates exactly as the uninterrupted run."""
+        """Start the next epoch's sample; keys restart from ``seed`` (so a resumed run re-estimates the same)."""
         self._rng = random.Random(self._seed)
         self._kept: List[list] = []  # heap of [-key, arrival, utterance, cost]
         self._total = 0
@@ -231,18 +175,8 @@ class BatchNormSample:
         self._cutoff = 1.0  # keys at or above it are out (the smallest key evicted so far)
 
     def batches(self, budget: RestatBudget) -> List[torch.Tensor]:
-        """The sample as padding-free batches inside ``budget``, in host memory.
-
-        Sorted by length and grouped by the planner in evaluation mode
-        (:meth:`BatchPlanner.for_evaluation`: ``B ×`` the cost of its longest member
-        ``<= batch_bins``, and the count limit, :meth:`RestatBudget.max_batch_size_for`), as
-        the validation sampler groups; each utterance is cut to the shortest of its batch (sorting
-        keeps the cut small), so what is computed is at most the budget.  An utterance over the
-        budget alone is a batch of its own.
-
-        Returns:
-            ``(B, T, ...)`` tensors (``T_samples`` or ``T_frames`` along dim 1).
-        """
+        """The sample as padding-free ``(B, T, ...)`` host tensors inside ``budget``, grouped by
+        :meth:`BatchPlanner.for_evaluation`, each utterance cut to the shortest of its batch."""
         utts = sorted(self._utts, key=lambda u: int(u.shape[0]))
         planner = BatchPlanner.for_evaluation([budget.cost(u) for u in utts], budget.batch_bins,
                                               [budget.max_batch_size_for(u) for u in utts])

@@ -12,29 +12,17 @@ from espnet_dynres.core.batch_planner import BatchPlan
 
 @dataclass
 class StepContext:
-    """One forward's plan, mode and figures, in one object with the forward's lifetime.
-
-    ESPnet's ``forward`` calls ``encode``, which calls ``_extract_feats`` and, through the loss,
-    ``_calc_ctc_loss``; none of them has room for the plan or returns the figures.  The model
-    opens a context at the start of its ``forward`` (:meth:`for_model`), holds it as its one
-    attribute ``_step`` while that forward runs, and drops it in a ``finally``; the hooks read
-    the plan from it and write their figures into it, and the forward turns them into stats
-    (:meth:`stats`).  A ``DataParallel`` replica runs its own forward on its own module object.
+    """One forward's plan, mode and figures, held as the model's ``_step`` while that forward runs.
 
     Attributes:
-        dynamic: the frontend gives each utterance its own frame rate (a training step:
-            ``model.training`` and autograd on).  Decided here, passed to the frontend.
-        augment: SpecAugment applies (``model.training``, ESPnet's own condition).
-        plan: the batch's :class:`~espnet_dynres.core.batch_planner.BatchPlan` from ``batch_type: dynres``,
-            or ``None``.
+        dynamic: per-utterance frame rates (``model.training`` and autograd on); passed to the frontend.
+        augment: SpecAugment applies (``model.training``).
+        plan: the batch's :class:`~espnet_dynres.core.batch_planner.BatchPlan`, or ``None``.
         utt_ids: the batch's utterance ids (for warnings), or ``None``.
         fallback: the frontend planned the batch itself and found no common frame count.
         below_clamp: utterances computed below ``min_frame_rate_hz``.
-        frame_stats: a training batch's frame-rate figures (``frame_rate_hz``, ``at_min_frame_rate``,
-            ``at_max_frame_rate``, ``padded_batch``).
-        ctc_infeasible: utterances with fewer encoder frames than their CTC targets need
-            (``model: token_normalized``).
-        Each figure is ``None`` (or empty) until the part that measures it ran.
+        frame_stats: frame-rate figures (:meth:`~espnet_dynres.asr.dynres_model.DynResASRModel.frame_rate_stats`).
+        ctc_infeasible: utterances with fewer encoder frames than their CTC targets need (``None`` until measured).
     """
 
     dynamic: bool
@@ -54,8 +42,7 @@ class StepContext:
                    plan=plan, utt_ids=None if utt_ids is None else list(utt_ids))
 
     def frame_rate_stats(self, device: torch.device) -> Dict[str, torch.Tensor]:
-        """``frame_rate_fallback``, ``below_clamp`` and :attr:`frame_stats` as ESPnet stats (``(1,)``
-        float32 on ``device``), those measured."""
+        """The measured figures as ESPnet stats (``(1,)`` float32 on ``device``)."""
         values: Dict[str, float] = {}
         if self.fallback is not None:
             values["frame_rate_fallback"] = float(self.fallback)

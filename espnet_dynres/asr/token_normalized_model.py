@@ -19,8 +19,7 @@ def check_normalize_stats(frontend: Optional[torch.nn.Module], normalize: Option
     """``feats_stats.npz`` (``normalize: global_mvn``) has one mean per frontend output dimension.
 
     Raises:
-        ValueError: the statistics' dimension differs from
-            ``frontend.output_size()``; names the stats file and the fix.
+        ValueError: the statistics' dimension differs from ``frontend.output_size()`` (names the file and fix).
     """
     mean = getattr(normalize, "mean", None)
     if frontend is None or not isinstance(mean, torch.Tensor):
@@ -35,14 +34,9 @@ def check_normalize_stats(frontend: Optional[torch.nn.Module], normalize: Option
 
 
 class TokenNormalizedASRModel(DynResASRModel):
-    """``model: dynres`` whose loss is a mean per target token, not per utterance.
+    """``model: dynres`` (:class:`~espnet_dynres.asr.dynres_model.DynResASRModel`) with a per-token mean loss.
 
-    Everything but the loss is :class:`~espnet_dynres.asr.dynres_model.DynResASRModel`'s
-    (the sampler's plan to the frontend, the frame rates to SpecAugment), so
-    dynres batches behave the same under either loss.
-
-    **Definition.**  For a batch of ``B`` utterances with ``U_b`` target tokens
-    each (``text_lengths``, without ``<sos>``/``<eos>``)::
+    For a batch of ``B`` utterances with ``U_b`` target tokens each (``text_lengths``, no ``<sos>``/``<eos>``)::
 
         N         = Σ_b U_b                       (text_lengths.sum(), the batch's target tokens)
         n         = max(N, 1)
@@ -53,67 +47,29 @@ class TokenNormalizedASRModel(DynResASRModel):
         loss      = ctc_weight · [(1 − interctc_weight) · loss_ctc + interctc_weight · loss_interctc]
                     + (1 − ctc_weight) · loss_att
 
-    ESPnet's default loss is the same combination divided by ``B`` instead
-    of ``n``, so ``loss = stock_loss · B / n`` (every ``loss*`` stat
-    likewise): the CTC/attention balance is ESPnet's, and only the per-batch
-    divisor changes.  One count divides every branch; an earlier version of
-    this class divided the attention sum by ``N + B`` (targets incl.
-    ``<eos>``), which on short utterances (3 digits: ``N + B = 1.33 N``)
-    weakened the attention branch against CTC and slowed the decoder
-    (``docs/training_dynamics.md``).
-
-    **Global normalization.**  ``forward`` returns ``n`` as the batch weight.
-    ESPnet's trainer under DDP (and ``ngpu > 1``) computes
-    ``Σ_r loss_r · n_r / Σ_r n_r`` (times the world size that DDP's gradient
-    averaging divides out), i.e. exactly ``Σ S / Σ n`` over all ranks: the
-    global per-token mean, with no extra communication.  ``n`` differs from
-    ``N`` only for a batch without any token (only empty transcripts), whose
-    ``<eos>`` targets are then divided by 1.  Gradient accumulation
-    (``accum_grad: k``) is ESPnet's: the update is the mean of the k
-    micro-batches' per-token gradients, equal to one k-times-larger batch
-    only when the micro-batches have equal ``N`` (``docs/loss_normalization.md``).
-
-    **Nothing silently dropped.**  An utterance whose encoder output is shorter
-    than its CTC targets need (tokens + adjacent repeats) has no CTC alignment;
-    ESPnet's ``zero_infinity`` makes its CTC loss 0.  It is counted (stat
-    ``ctc_infeasible``) and warned about with its utterance id; its tokens stay
-    in ``N`` (its attention targets are trained).  Empty transcripts are
-    counted (``empty_transcripts``) and warned about; only ``<eos>`` is trained.
-
-    **Optimisation.**  The per-token loss's gradient norm is about ``B / N``
-    times ESPnet's (here ~1 instead of 5–100): with ESPnet's usual
-    ``grad_clip: 5`` clipping stops after the first few dozen steps, while
-    Adam's second moment (``beta2 = 0.999``) still holds the huge gradients
-    of the first steps, so the effective learning rate falls several-fold.
-    ``espnet_dynres.glue.build_model`` therefore checks ``grad_clip`` against this
-    model (:func:`espnet_dynres.glue.config_checks.check_token_normalized_grad_clip`).
-
-    **Stats** (besides ESPnet's): ``batch_tokens`` (``N``), ``batch_size`` (``B``), ``ctc_infeasible``,
-    ``empty_transcripts``, and ``frame_rate_fallback`` with the dynres frontend (``model: dynres``).
-    The trainer adds ``grad_norm`` (before clipping) and ``clip`` per step.
+    ESPnet's default divides the same combination by ``B``: ``loss = stock_loss · B / n`` (every ``loss*`` stat
+    likewise).  The batch weight ``n`` makes ESPnet's DDP average ``Σ S / Σ n``, the global per-token mean
+    (``docs/loss_normalization.md``).  Utterances without a CTC alignment (CTC loss 0) and empty transcripts are
+    counted and warned about.  The gradient norm is about ``B / N`` times ESPnet's: ``grad_clip`` is checked by
+    :func:`espnet_dynres.glue.config_checks.check_token_normalized_grad_clip`.  Stats besides ESPnet's:
+    ``batch_tokens`` (``N``), ``batch_size`` (``B``), ``ctc_infeasible``, ``empty_transcripts``.
 
     Raises:
-        ValueError: ``length_normalized_loss=True`` (this model replaces it), a
-            CTC module other than ``ctc_type: builtin`` with ``reduce: true``
-            and ``zero_infinity: true``, a transducer or linear (classification)
-            decoder, or ``aux_ctc``.
+        ValueError: ``length_normalized_loss=True``, CTC other than ``ctc_type: builtin`` with ``reduce: true`` and
+            ``zero_infinity: true``, a transducer or linear (classification) decoder, or ``aux_ctc``.
     """
 
     @typechecked
     def __init__(self, *args, **kwargs):
         if kwargs.get("length_normalized_loss", False):
-            raise ValueError(
-                "model: token_normalized already divides every loss by the batch's token count; "
-                "remove length_normalized_loss: true from model_conf."
-            )
+            raise ValueError("model: token_normalized already divides every loss by the batch's token count; "
+                             "remove length_normalized_loss: true from model_conf.")
         espnet_kwargs = {k: v for k, v in kwargs.items() if k != "batchnorm_restat_batches"}  # DynResASRModel's
         bound = inspect.signature(ESPnetASRModel.__init__).bind_partial(None, *args, **espnet_kwargs).arguments
         if bound.get("joint_network") is not None:  # before ESPnet's __init__, which imports the RNN-T loss
-            raise ValueError(
-                "model: token_normalized supports CTC/attention models, not transducer decoders "
-                f"(decoder {type(bound.get('decoder')).__name__} with a joint network); "
-                "use model: espnet for a transducer."
-            )
+            raise ValueError("model: token_normalized supports CTC/attention models, not transducer decoders "
+                             f"(decoder {type(bound.get('decoder')).__name__} with a joint network); "
+                             "use model: espnet for a transducer.")
         super().__init__(*args, **kwargs)
         check_normalize_stats(self.frontend, self.normalize)
         if self.use_linear_decoder:
@@ -125,18 +81,12 @@ class TokenNormalizedASRModel(DynResASRModel):
             if self.ctc.ctc_type != "builtin" or not self.ctc.reduce or not zero_infinity:
                 raise ValueError(
                     "model: token_normalized needs ctc_conf ctc_type: builtin, reduce: true, zero_infinity: true "
-                    f"(got ctc_type={self.ctc.ctc_type!r}, reduce={self.ctc.reduce}, zero_infinity={zero_infinity})"
-                )
+                    f"(got ctc_type={self.ctc.ctc_type!r}, reduce={self.ctc.reduce}, zero_infinity={zero_infinity})")
 
     @staticmethod
     def ctc_feasible(encoder_out_lens: torch.Tensor, ys_pad: torch.Tensor, ys_pad_lens: torch.Tensor) -> torch.Tensor:
-        """``(B,)`` bool: encoder frames ``T_b ≥ U_b + R_b`` (tokens + adjacent repeats).
-
-        Args:
-            encoder_out_lens: ``(B,)`` int64 encoder frames.
-            ys_pad: ``(B, L)`` int64 padded targets.
-            ys_pad_lens: ``(B,)`` int64 tokens.
-        """
+        """``(B,)`` bool: encoder frames ``T_b ≥ U_b + R_b`` (tokens + adjacent repeats), from
+        ``encoder_out_lens`` ``(B,)``, ``ys_pad`` ``(B, L)`` and ``ys_pad_lens`` ``(B,)``, all int64."""
         mask = torch.arange(ys_pad.size(1), device=ys_pad.device)[None, :] < ys_pad_lens[:, None]  # (B, L)
         repeats = ((ys_pad[:, 1:] == ys_pad[:, :-1]) & mask[:, 1:]).sum(dim=1)  # (B,)
         return encoder_out_lens >= ys_pad_lens + repeats
@@ -152,7 +102,7 @@ class TokenNormalizedASRModel(DynResASRModel):
         logging.warning(f"token_normalized: {count} utterance(s) of this batch {what}{': ' + shown if shown else ''}")
 
     def _calc_ctc_loss(self, encoder_out, encoder_out_lens, ys_pad, ys_pad_lens):
-        # Counted once per forward (the final CTC layer and intermediate layers share T_b and targets).
+        # Counted once per forward (all CTC layers share T_b and targets).
         step = self._step
         if step is not None and step.ctc_infeasible is None:
             feasible = self.ctc_feasible(encoder_out_lens, ys_pad, ys_pad_lens)
@@ -161,53 +111,33 @@ class TokenNormalizedASRModel(DynResASRModel):
                        "their CTC loss is 0", ~feasible)
         return super()._calc_ctc_loss(encoder_out, encoder_out_lens, ys_pad, ys_pad_lens)
 
-    def step_forward(
-        self,
-        step: StepContext,
-        speech: torch.Tensor,
-        speech_lengths: torch.Tensor,
-        text: torch.Tensor,
-        text_lengths: torch.Tensor,
-        **kwargs,
-    ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor], torch.Tensor]:
-        """Frontend + encoder + decoder + per-token loss (definition: class docstring), inside the
-        forward's ``step`` (:meth:`DynResASRModel.forward` opens it; arguments as there).
+    def step_forward(self, step: StepContext, speech: torch.Tensor, speech_lengths: torch.Tensor,
+                     text: torch.Tensor, text_lengths: torch.Tensor, **kwargs
+                     ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor], torch.Tensor]:
+        """Frontend + encoder + decoder + per-token loss (class docstring) inside ``step``.
 
-        Args:
-            step: the forward's :class:`~espnet_dynres.asr.step_context.StepContext`.
-            speech: ``(B, T_samples)`` float32 raw audio, or ``(B, T_frames, D)`` extracted
-                features without a frontend; speech_lengths ``(B,)`` int64 samples (or frames).
-            text: ``(B, L_tokens)`` int64 token ids, padded with ``ignore_id``;
-                text_lengths ``(B,)`` int64 tokens before padding (0 allowed).
-            utt_id (keyword, optional): the batch's utterance ids, used in warnings.
-
-        Returns:
-            ``(loss, stats, weight)``: loss ``(1,)`` per-token mean (ESPnet gathers
-            1-dim); every ``loss*`` stat per token; weight ``(1,)`` float32 ``n``.
+        Arguments as :meth:`DynResASRModel.forward` (``text_lengths`` 0 allowed; ``utt_id`` names utterances in
+        warnings).  Returns ``(loss, stats, weight)``: loss ``(1,)`` per-token mean, every ``loss*`` stat per
+        token, weight ``(1,)`` float32 ``n``.
         """
         assert text_lengths.dim() == 1 and speech.size(0) == text.size(0) == text_lengths.size(0), (
             f"speech (B, T_samples[, C]) or features (B, T_frames, D), text (B, L) and text_lengths (B,) expected, got speech {tuple(speech.shape)}, "
-            f"text {tuple(text.shape)}, text_lengths {tuple(text_lengths.shape)}"
-        )
+            f"text {tuple(text.shape)}, text_lengths {tuple(text_lengths.shape)}")
         kwargs.pop("utt_id", None)  # in the step
         batch_size = text_lengths.size(0)
         tokens = text_lengths.sum().to(torch.float32)  # () N, kept on the device (no host sync)
         n = tokens.clamp(min=1.0)  # () n = max(N, 1)
         self._warn(step, "have an empty transcript (only <eos> is trained)", text_lengths == 0)
-        # ESPnet's loss and the frame-rate figures (DynResASRModel.step_forward).
         loss, stats, _ = super().step_forward(step, speech, speech_lengths, text, text_lengths, **kwargs)
         device = loss.device
-        # ESPnet divides every branch sum by B; per token: × B / n (quotient in float64, then the loss dtype).
+        # × B / n (quotient in float64, then the loss dtype).
         scale = (batch_size / n.double()).to(device=device, dtype=loss.dtype)
         loss = loss * scale
         for key, value in stats.items():
             if key.startswith("loss") and value is not None:
                 stats[key] = value * scale
-        counts = {
-            "batch_tokens": tokens,
-            "batch_size": torch.tensor(float(batch_size)),
-            "empty_transcripts": (text_lengths == 0).sum(),
-        }
+        counts = {"batch_tokens": tokens, "batch_size": torch.tensor(float(batch_size)),
+                  "empty_transcripts": (text_lengths == 0).sum()}
         if step.ctc_infeasible is not None:
             counts["ctc_infeasible"] = torch.tensor(float(step.ctc_infeasible))
         for name, value in counts.items():

@@ -1,26 +1,5 @@
-"""``python -m espnet_dynres.bin.asr_inference``: ESPnet's ``asr_inference`` with the plugin registered.
-
-Takes exactly the arguments of ``python -m espnet2.bin.asr_inference``; decoding
-always runs the dynres frontend at the standard frame rate (eval mode).
-
-Compared with ESPnet's own tool it adds, so that a decoding job neither dies
-without naming the utterance nor loses one:
-
-* before decoding, the header of every audio file to decode is read: an
-  unreadable or truncated file, a sampling rate other than the model's
-  ``frontend_conf.fs``, or more than one channel stops the job with the
-  utterance and the fix named (:func:`check_inference_audio`);
-* while decoding, NaN/inf samples stop it with the utterance named;
-* every utterance gets a hypothesis: one too short for the frontend or the
-  encoder's subsampling (ESPnet's ``Stft`` fails below ``n_fft / 2`` samples,
-  ``conv2d`` subsampling below 7 frames) gets an empty one and a warning
-  (:class:`Speech2Text`);
-* long-form input: an utterance longer than ``--max_segment_sec`` (default
-  60 s) is cut at its quietest 10 ms near each segment end, the segments are
-  decoded one by one and their 1-best hypotheses joined.  Self-attention
-  memory grows with the square of the encoder length (3 minutes took 4 GB
-  with the recipe's CPU model, see ``docs/troubleshooting.md``); segments bound it.
-"""
+"""``python -m espnet_dynres.bin.asr_inference``: ESPnet's ``asr_inference`` with the plugin and checked audio, empty
+hypotheses for too-short utterances and long ones decoded in segments (``--max_segment_sec``)."""
 
 from __future__ import annotations
 
@@ -48,11 +27,7 @@ from espnet_dynres.glue.data_checks import check_audio_files, check_waveform, mi
 
 
 def model_fs_hz(asr_train_config: Union[str, Path, None]) -> Optional[int]:
-    """The sampling rate (Hz) the model's frontend expects, from its training config.
-
-    ``frontend_conf.fs`` (ESPnet's default 16000 when absent); ``None`` when
-    there is no config or the model takes features (``frontend: null``).
-    """
+    """The model's ``frontend_conf.fs`` (Hz; default 16000), ``None`` without a config or for ``frontend: null``."""
     if asr_train_config is None or not Path(asr_train_config).exists():
         return None
     with open(asr_train_config, encoding="utf-8") as f:
@@ -62,23 +37,11 @@ def model_fs_hz(asr_train_config: Union[str, Path, None]) -> Optional[int]:
     return parse_fs((config.get("frontend_conf") or {}).get("fs", 16000))
 
 
-def segment_bounds(
-    speech: torch.Tensor, *, fs_hz: int, max_segment_sec: float, search_sec: float = 5.0, frame_sec: float = 0.01
-) -> List[Tuple[int, int]]:
-    """Cut points for long-form decoding: contiguous ``(start, end)`` sample ranges covering ``speech``.
-
-    Each segment is at most ``max_segment_sec`` long; it ends at the centre of
-    the quietest ``frame_sec`` frame (lowest mean square) within the last
-    ``search_sec`` before that limit, so that cuts fall into pauses.
-
-    Args:
-        speech: ``(T_samples,)`` float.
-        fs_hz: sampling rate (Hz).
-        max_segment_sec: longest segment (s).
-
+def segment_bounds(speech: torch.Tensor, *, fs_hz: int, max_segment_sec: float, search_sec: float = 5.0,
+                   frame_sec: float = 0.01) -> List[Tuple[int, int]]:
+    """Contiguous ``(start, end)`` ranges covering ``speech (T_samples,)`` at ``fs_hz``, each <= ``max_segment_sec`` s.
     Raises:
-        ValueError: ``max_segment_sec`` not above ``search_sec``.
-    """
+        ValueError: ``max_segment_sec`` not above ``search_sec``."""
     if max_segment_sec <= search_sec:
         raise ValueError(f"max_segment_sec={max_segment_sec} must exceed the pause search window {search_sec} s")
     total = int(speech.shape[0])
@@ -96,26 +59,10 @@ def segment_bounds(
 
 
 class Speech2Text(espnet_asr_inference.Speech2Text):
-    """ESPnet's ``Speech2Text`` that checks its input and answers every utterance.
-
-    ESPnet's constructor, plus ``max_segment_sec`` (default
-    :attr:`default_max_segment_sec`, 60 s; ``None`` = never segment).  Calling
-    it takes ``speech (T_samples,)`` (or ``(T_samples, 1)``) float at the
-    model's rate, and optionally ``fs_hz`` (the rate the audio was recorded
-    at) and ``utt_id`` (named in messages).
-
-    Returns:
-        ESPnet's n-best list ``[(text, tokens, token_ids, hypothesis), ...]``;
-        for input shorter than :attr:`min_samples` an n-best list of empty
-        hypotheses (text ``""``, no tokens, score 0) and a warning; for input
-        longer than ``max_segment_sec`` one entry: the segments' 1-best
-        hypotheses joined (texts with a space; score the sum).
-
+    """ESPnet's ``Speech2Text`` (plus ``max_segment_sec``) checking ``speech (T_samples,)`` or ``(T_samples, 1)`` at
+    ``fs_hz`` Hz and answering every utterance (empty below :attr:`min_samples`; long: segments' 1-best joined).
     Raises:
-        ValueError: ``fs_hz`` differs from the model's rate; more than one
-            channel; NaN/inf samples.
-    """
-
+        ValueError: ``fs_hz`` differs from the model's rate; more than one channel; NaN/inf samples."""
     default_max_segment_sec: Optional[float] = 60.0
 
     def __init__(self, *args, max_segment_sec: Union[float, None, str] = "default", **kwargs):
@@ -141,14 +88,11 @@ class Speech2Text(espnet_asr_inference.Speech2Text):
         hyp = Hypothesis(score=0.0, scores={}, states={}, yseq=torch.tensor([], dtype=torch.long))
         return [("", [], [], hyp)] * self.nbest
 
-    def __call__(
-        self, speech: Union[torch.Tensor, np.ndarray], fs_hz: Optional[int] = None, utt_id: str = "<input>"
-    ):
+    def __call__(self, speech: Union[torch.Tensor, np.ndarray], fs_hz: Optional[int] = None, utt_id: str = "<input>"):
         if fs_hz is not None and self.fs_hz is not None and int(fs_hz) != self.fs_hz:
             raise ValueError(
                 f"utterance {utt_id} is sampled at {fs_hz} Hz, but the model expects {self.fs_hz} Hz; resample "
-                f"it first (e.g. torchaudio.functional.resample(speech, {fs_hz}, {self.fs_hz}))."
-            )
+                f"it first (e.g. torchaudio.functional.resample(speech, {fs_hz}, {self.fs_hz})).")
         check_waveform(speech, utt_id=utt_id, min_samples=0)
         if speech.ndim == 2:
             speech = speech[:, 0]
@@ -161,8 +105,7 @@ class Speech2Text(espnet_asr_inference.Speech2Text):
         if speech.shape[0] < self.min_samples:
             logging.warning(
                 f"utterance {utt_id} has {speech.shape[0]} samples, fewer than the {self.min_samples} the "
-                "frontend and the encoder's subsampling need: its hypothesis is empty."
-            )
+                "frontend and the encoder's subsampling need: its hypothesis is empty.")
             return self.empty_result()
         try:
             return super().__call__(speech)
@@ -191,11 +134,7 @@ class Speech2Text(espnet_asr_inference.Speech2Text):
 
 
 def checked_batches(loader) -> Iterator:
-    """ESPnet's ``(keys, batch)`` decoding iterator, checking each waveform with its utterance named.
-
-    Raises:
-        ValueError: more than one channel or NaN/inf samples (see :func:`check_waveform`).
-    """
+    """ESPnet's ``(keys, batch)`` iterator; raises :func:`check_waveform`'s ``ValueError``, naming the utterance."""
     for keys, batch in loader:
         speech = batch.get("speech")
         if speech is not None:
@@ -210,19 +149,9 @@ STATS_BESIDE_CONFIG = "feats_stats.npz"  # where export_espnet_config copies a r
 
 
 def with_stats_found(config_file: Union[str, Path, None]) -> Union[str, Path, None]:
-    """The training config to build the model from, with its ``global_mvn`` statistics file found.
-
-    A config names ``normalize_conf.stats_file`` relative to the recipe (``exp/asr_stats_*/...``), so
-    an experiment folder copied elsewhere cannot be decoded from there. When that file is missing and
-    ``feats_stats.npz`` lies beside the config (``export_espnet_config`` puts it there), a copy of the
-    config naming it is used (in a temporary folder; the model's weights are unchanged).
-
-    Returns:
-        ``config_file`` itself when its statistics file exists (or it has none), else the copy.
-
+    """``config_file``, or a temp copy naming the ``feats_stats.npz`` beside it if its ``global_mvn`` stats are missing.
     Raises:
-        FileNotFoundError: neither file exists; names both and the fix.
-    """
+        FileNotFoundError: neither file exists; names both and the fix."""
     if config_file is None or not Path(config_file).is_file():
         return config_file
     config = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
@@ -235,8 +164,7 @@ def with_stats_found(config_file: Union[str, Path, None]) -> Union[str, Path, No
             f"{config_file} names normalize_conf.stats_file {stats}, which does not exist from {Path.cwd()}, and no "
             f"{STATS_BESIDE_CONFIG} lies beside it. Decode from the recipe directory, or run python -m "
             "espnet_dynres.bin.export_espnet_config --exp_dir <exp> there once (it copies the statistics into the "
-            "experiment folder)."
-        )
+            "experiment folder).")
     config["normalize_conf"] = {**config["normalize_conf"], "stats_file": str(beside)}
     patched = Path(tempfile.mkdtemp(prefix="espnet_dynres_config_")) / Path(config_file).name
     patched.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -245,9 +173,7 @@ def with_stats_found(config_file: Union[str, Path, None]) -> Union[str, Path, No
 
 
 class CheckedASRTask(espnet_asr_inference.ASRTask):
-    """``ASRTask`` whose streaming iterator is wrapped by :func:`checked_batches` and whose model finds
-    its statistics beside a copied experiment's config (:func:`with_stats_found`)."""
-
+    """``ASRTask`` with :func:`checked_batches` and :func:`with_stats_found` applied."""
     @classmethod
     def build_streaming_iterator(cls, *args, **kwargs):
         return checked_batches(super().build_streaming_iterator(*args, **kwargs))
@@ -257,18 +183,10 @@ class CheckedASRTask(espnet_asr_inference.ASRTask):
         return super().build_model_from_file(with_stats_found(config_file), model_file, device)
 
 
-def check_inference_audio(
-    data_path_and_name_and_type: Sequence, key_file: Optional[str], fs_hz: Optional[int]
-) -> int:
-    """Read the header of every audio file to decode (see :func:`check_audio_files`).
-
-    Returns:
-        the number of files checked.
-
+def check_inference_audio(data_path_and_name_and_type: Sequence, key_file: Optional[str], fs_hz: Optional[int]) -> int:
+    """Read the header of every audio file to decode (:func:`check_audio_files`); returns the number checked.
     Raises:
-        ValueError: the first unreadable, truncated, wrongly sampled or
-            multi-channel file, named with its utterance.
-    """
+        ValueError: the first unreadable, truncated, wrongly sampled or multi-channel file, with its utterance."""
     keys = list(read_keyed_file(key_file)) if key_file else None
     checked = 0
     for path, _name, kind in data_path_and_name_and_type:

@@ -1,14 +1,7 @@
 """``python -m espnet_dynres.bin.audit_batches``: padding, batch sizes and token counts of a batch sampler.
 
-Builds the batches a training run would get from ESPnet shape files and
-prints batch count, batch-size distribution, padding fraction (feature frames
-at the standard rate; ``dynres`` planned batches have none), the per-utterance
-frame rate (Hz) of the plan and the share of utterances more than 10 % from
-the standard rate, per-batch target-token counts and how much batch
-composition changes from epoch 1 to epoch 2; writes a PNG plot and optionally JSON.  Definitions:
-:mod:`espnet_dynres.batch_audit`.
-
-Examples (recipe shape files)::
+Prints a training run's batch sizes, padding, frame rates, tokens per batch and composition change (definitions:
+:mod:`espnet_dynres.batch_audit`) from ESPnet shape files; writes a PNG plot, optionally JSON. Examples::
 
     python -m espnet_dynres.bin.audit_batches --batch_type numel --batch_bins 320000 \\
         --speech_shape exp/asr_stats_raw_word/train/speech_shape \\
@@ -20,21 +13,8 @@ Examples (recipe shape files)::
     python -m espnet_dynres.bin.audit_batches --config dynres.yaml --match numel.yaml \\
         --speech_shape exp/asr_stats_raw_word/train/speech_shape      # which batch_bins?
 
-``--config train.yaml`` takes the sampler options and the frame-rate settings from a
-training config (``batch_type``, ``batch_bins``, ``batch_size``, ``max_batch_size``,
-``min_batch_size``, ``seed``, ``sort_in_batch``, ``sort_batch``, ``fold_length``,
-``oversized``, ``shuffle_jitter``, ``frontend_conf``), so the audit plans exactly what
-training will; flags given on the command line win.  For ``dynres``, the CTC minimum of each
-utterance is training's own (:func:`espnet_dynres.glue.ctc_targets.training_min_frames`), from
-``--text`` and the token options, or from an experiment's ``config.yaml`` as ``--config``.  The dynres policy is
-then the ``dynres`` frontend's own (:class:`~espnet_dynres.core.frontend_config.FrontendConfig`).
-
-``--batch_bins`` means what it means for the batch type: samples × dims
-(padding included) for ``numel``, samples for ``length``, feature frames
-``B × T`` for ``dynres``; ``--batch_size`` is used by unsorted, sorted and
-folded.  With ``--text_shape`` the ESPnet samplers get both shape files, as
-ESPnet's trainer passes them (``numel`` then also counts tokens × vocabulary).
-"""
+``--config train.yaml`` plans what training will (its sampler options, ``frontend_conf``, CTC minimum; flags win).
+``--batch_bins``: samples × dims for ``numel``, samples for ``length``, feature frames ``B × T`` for ``dynres``."""
 
 from __future__ import annotations
 
@@ -57,11 +37,8 @@ from espnet_dynres.glue.ctc_targets import config_min_frames
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m espnet_dynres.bin.audit_batches",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = argparse.ArgumentParser(prog="python -m espnet_dynres.bin.audit_batches", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--speech_shape", required=True, help="speech shape file: 'utt_id num_samples' per line")
     p.add_argument("--text_shape", default=None, help="text shape file ('utt_id num_tokens,vocab'): token counts")
     p.add_argument("--config", default=None, help="training YAML to take the sampler and frame-rate settings from")
@@ -71,9 +48,8 @@ def get_parser() -> argparse.ArgumentParser:
                    help="numel/length: ESPnet bins (default 1000000); dynres: feature frames B x T (required)")
     p.add_argument("--fold_length", type=int, action="append", default=None,
                    help="folded: one per shape file (default asr.sh's 80000 for speech, 150 for text)")
-    # ESPnet's trainer defaults (AbsTask's --sort_in_batch / --sort_batch), so the audit plans what training does.
-    p.add_argument("--sort_in_batch", default="descending", choices=["descending", "ascending"])
-    p.add_argument("--sort_batch", default="descending", choices=["descending", "ascending"])
+    p.add_argument("--sort_in_batch", default="descending", choices=["descending", "ascending"])  # ESPnet trainer's
+    p.add_argument("--sort_batch", default="descending", choices=["descending", "ascending"])  # defaults (AbsTask)
     p.add_argument("--min_batch_size", type=int, default=1)
     g = p.add_argument_group("frames and the dynres frame-rate policy (frontend_conf)")
     g.add_argument("--fs", type=int, default=None, help="sampling rate of the shape file's samples (Hz; default 16000)")
@@ -81,7 +57,8 @@ def get_parser() -> argparse.ArgumentParser:
                    help="standard frame shift (samples; default 160, or the --config frontend's)")
     g.add_argument("--min_frame_rate_hz", type=float, default=None, help="default 70 Hz (or the --config frontend's)")
     g.add_argument("--max_frame_rate_hz", type=float, default=None, help="default 130 Hz (or the --config frontend's)")
-    g.add_argument("--fallback_frame_rate_hz", type=float, default=None, help="default 50 Hz (or the --config frontend's)")
+    g.add_argument("--fallback_frame_rate_hz", type=float, default=None,
+                   help="default 50 Hz (or the --config frontend's)")
     g.add_argument("--target_frame_rate_hz", type=float, default=None,
                    help="dynres: mean frame rate a batch aims at (default: the standard rate fs / hop_length)")
     g.add_argument("--target_frame_rate_range_hz", type=float, nargs=2, default=None, metavar=("LO", "HI"),
@@ -90,8 +67,9 @@ def get_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="dynres: seed of the per-epoch redraw")
     g.add_argument("--epoch", type=int, default=1,
                    help="dynres: the epoch to audit (1-based; its plan, e.g. under curriculum_epochs) and the next")
-    g.add_argument("--oversized", default="warn", choices=["warn", "error"],
-                   help="dynres: an utterance over batch_bins alone is warned about or refused (training's --oversized)")
+    g.add_argument(
+        "--oversized", default="warn", choices=["warn", "error"],
+        help="dynres: an utterance over batch_bins alone is warned about or refused (training's --oversized)")
     g.add_argument("--shuffle_jitter", type=float, default=0.5,
                    help="dynres: per-epoch perturbation of log-duration (training's --shuffle_jitter)")
     g.add_argument("--batch_fill", choices=["below", "nearest"], default="below",
@@ -126,12 +104,10 @@ def get_parser() -> argparse.ArgumentParser:
 
 def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
     """Plain-text report of an audit (what the CLI prints)."""
-
     def dist(d: Distribution, fmt: str = "{:.0f}") -> str:
         cells = [fmt.format(x) for x in (d.min, d.p5, d.median, d.p95, d.max)]
         return "  ".join(f"{n}={c}" for n, c in zip(("min", "5%", "median", "95%", "max"), cells)) + \
             f"  mean={d.mean:.1f}  CV={d.cv:.3f}"
-
     change = "n/a (no batch of 2)" if audit.composition_change is None else f"{audit.composition_change:.4f}"
     lines = [
         f"batch type            : {audit.batch_type}" + (f"  [{sampler_repr}]" if sampler_repr else ""),
@@ -147,11 +123,9 @@ def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
     if audit.num_below_clamp is not None:
         lines.append(f"below_clamp           : {audit.num_below_clamp} of {audit.num_utterances_in_batches} utterances "
                      "(planned under min_frame_rate_hz: batch_bins too small for them at the clamp's lowest rate)")
-    lines.append(
-        f"frame rate (Hz)       : {dist(audit.frame_rate_hz, '{:.1f}')}  "
-        f"({100 * audit.off_standard_rate_fraction:.1f} % of utterances more than "
-        f"{100 * OFF_STANDARD_TOLERANCE:.0f} % from the standard rate)"
-    )
+    lines.append(f"frame rate (Hz)       : {dist(audit.frame_rate_hz, '{:.1f}')}  "
+                 f"({100 * audit.off_standard_rate_fraction:.1f} % of utterances more than "
+                 f"{100 * OFF_STANDARD_TOLERANCE:.0f} % from the standard rate)")
     if audit.frame_rate_histogram:
         widest = max(audit.frame_rate_histogram.values())
         for i, (span, n) in enumerate(audit.frame_rate_histogram.items()):
@@ -167,18 +141,13 @@ def format_report(audit: BatchAudit, sampler_repr: str = "") -> str:
 
 
 def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None, policy=None) -> None:
-    """Four panels: batch sizes, per-batch padding (with a dynres ``policy``: the per-utterance frame
-    rate histogram with the clamp marked instead, as planned batches have no padding), tokens,
-    duration span per batch."""
+    """Four panels: batch sizes, padding per batch (``policy``: rate histogram), tokens, duration span per batch."""
     import matplotlib
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
     ax[0, 0].hist(audit.batch_sizes, bins=min(50, max(5, int(audit.batch_sizes.max()))), color="tab:blue")
     ax[0, 0].set(xlabel="utterances per batch", ylabel="batches", title="batch size")
-
     if policy is not None:
         rates = audit.utt_frame_rate_hz
         ax[0, 1].hist(rates, bins=60, color="tab:red")
@@ -195,7 +164,6 @@ def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None, policy
         ax[0, 1].plot(np.arange(audit.num_batches), 100 * pad, ".", ms=3, color="tab:red")
         ax[0, 1].set(xlabel="batch (sampler order)", ylabel="padding (% of B x T frames)",
                      title=f"padding: {100 * audit.padding_fraction:.2f} % of all frames")
-
     if audit.batch_tokens is not None:
         ax[1, 0].hist(audit.batch_tokens, bins=50, color="tab:green")
         ax[1, 0].set(xlabel="target tokens per batch", ylabel="batches",
@@ -203,7 +171,6 @@ def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None, policy
     else:
         ax[1, 0].text(0.5, 0.5, "no text shape file", ha="center", va="center")
         ax[1, 0].set_axis_off()
-
     order = np.lexsort((audit.batch_min_sec, audit.batch_max_sec))
     x = np.arange(audit.num_batches)
     lo, hi = audit.batch_min_sec[order], audit.batch_max_sec[order]
@@ -221,8 +188,8 @@ def plot_audit(audit: BatchAudit, path: str, title: Optional[str] = None, policy
     plt.close(fig)
 
 
-RATE_KEYS = ("fs", "hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz", "target_frame_rate_hz",
-             "target_frame_rate_range_hz")
+RATE_KEYS = ("fs", "hop_length", "min_frame_rate_hz", "max_frame_rate_hz", "fallback_frame_rate_hz",
+             "target_frame_rate_hz", "target_frame_rate_range_hz")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -246,8 +213,7 @@ def build_policy(args: argparse.Namespace):
     flags = {k: getattr(args, k) for k in RATE_KEYS if getattr(args, k) is not None}
     if args.config_conf.get("frontend") == "dynres":
         return FrontendConfig.from_conf({**(args.config_conf.get("frontend_conf") or {}), **flags}).policy
-    # No config: the dynres frontend's own defaults at the recipe's hop (160 samples = 100 Hz at 16 kHz).
-    return FrontendConfig.from_conf({"hop_length": 160, **flags}).policy
+    return FrontendConfig.from_conf({"hop_length": 160, **flags}).policy  # no config: its defaults, the recipe's hop
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -274,7 +240,6 @@ def _audit(args: argparse.Namespace, stdout) -> int:
                              "--match YOUR_NUMEL_CONFIG.yaml to have it suggested")
     elif batch_bins is None:
         batch_bins = 1000000  # ESPnet's default
-
     table = read_shape_table(args.speech_shape, args.text_shape)
     fold_lengths = args.fold_length if args.fold_length else [80000, 150]
     utt2min_frames, ctc_note = (None, None)
@@ -293,36 +258,16 @@ def _audit(args: argparse.Namespace, stdout) -> int:
         if batch_bins is None:
             batch_bins = suggestion["batch_bins"]
     built = build_batches(
-        args.batch_type,
-        args.speech_shape,
-        args.text_shape,
-        batch_size=args.batch_size,
-        batch_bins=batch_bins,
-        fold_lengths=fold_lengths,
-        sort_in_batch=args.sort_in_batch,
-        sort_batch=args.sort_batch,
-        min_batch_size=args.min_batch_size,
-        policy=policy,
-        max_batch_size=args.max_batch_size,
-        seed=args.seed,
-        utt2min_frames=utt2min_frames,
-        oversized=args.oversized,
-        shuffle_jitter=args.shuffle_jitter,
-        batch_fill=args.batch_fill,
-        epoch=args.epoch,
-    )
+        args.batch_type, args.speech_shape, args.text_shape, batch_size=args.batch_size, batch_bins=batch_bins,
+        fold_lengths=fold_lengths, sort_in_batch=args.sort_in_batch, sort_batch=args.sort_batch,
+        min_batch_size=args.min_batch_size, policy=policy, max_batch_size=args.max_batch_size, seed=args.seed,
+        utt2min_frames=utt2min_frames, oversized=args.oversized, shuffle_jitter=args.shuffle_jitter,
+        batch_fill=args.batch_fill, epoch=args.epoch)
     audit = audit_batches(
-        table,
-        built.epoch1,
-        built.epoch2,
-        hop_length_samples=policy.hop_length if policy else (
+        table, built.epoch1, built.epoch2, hop_length_samples=policy.hop_length if policy else (
             args.hop_length or (conf.get("frontend_conf") or {}).get("hop_length") or 160),
-        fs_hz=policy.fs if policy else (args.fs or 16000),
-        plans=built.plans,
-        batch_type=args.batch_type,
-        build_time_sec=built.build_time_sec,
-        policy=policy,
-    )
+        fs_hz=policy.fs if policy else (args.fs or 16000), plans=built.plans, batch_type=args.batch_type,
+        build_time_sec=built.build_time_sec, policy=policy)
     print(format_report(audit, repr(built.sampler)))
     summary = audit.summary()
     if args.batch_type == "dynres":
@@ -346,13 +291,10 @@ def _audit(args: argparse.Namespace, stdout) -> int:
     if suggestion is not None:
         reference, figures = suggestion["reference_figures"], suggestion["figures"]
         summary["match"] = {"reference": str(args.match), **suggestion,
-                            # Backward-compatible key: the mean audio per batch of the reference.
-                            "reference_audio_per_batch_sec": reference["mean_audio_sec"]}
-
+                            "reference_audio_per_batch_sec": reference["mean_audio_sec"]}  # backward-compatible key
         def line(f):
             return (f"audio per batch mean {f['mean_audio_sec']:.1f} s, largest {f['max_audio_sec']:.1f} s; "
                     f"frames per batch mean {f['mean_frames']:.0f}, largest {f['max_frames']:.0f}")
-
         print(f"match reference       : {args.match}: {line(reference)}")
         if suggestion["reference_mean_unreachable"]:
             print(f"match, same mean audio: not reachable: the frame-rate clamp closes every batch before it holds "

@@ -1,30 +1,12 @@
-"""``python -m espnet_dynres.bin.convert_config``: a user's ESPnet training config, switched to the plugin.
-
-Usage::
+"""``python -m espnet_dynres.bin.convert_config``: a user's ESPnet training config, switched to the plugin::
 
     python -m espnet_dynres.bin.convert_config --config conf/train_asr.yaml \\
         --stats_dir exp/asr_stats_raw_en_bpe5000 [--out conf/train_asr_dynres.yaml]
 
-Takes an ESPnet ASR training config with ``batch_type`` ``numel``, ``length`` or ``folded`` (the
-reference) and the collect-stats directory of its data (``<stats_dir>/train/speech_shape`` and a
-``text_shape.*`` beside it), and writes the same config with:
-
-* ``batch_type: dynres`` and a ``batch_bins`` from the batch audit's ``--match`` on the training
-  shape files: the reference's mean audio per step, lowered if needed so that the largest batch
-  holds no more ``B × T`` frames than the reference's largest (which the user sized for memory);
-  both figures are printed;
-* ``frontend: dynres`` (DefaultFrontend's ``frontend_conf`` keys mean the same; the 70–130 Hz
-  clamp written out);
-* ``specaug: dynres`` (the same ``specaug_conf``, time masks and warps kept in seconds);
-* ``model: token_normalized`` (ESPnet's ``model_conf`` keys) with ``grad_clip: 1`` (its gradients
-  are about ``B / N`` of ESPnet's: docs/training_dynamics.md);
-* a ``valid_batch_bins`` in ``numel`` units dropped (validation then shares ``batch_bins``, in
-  frames).
-
-Every change is printed with its reason.  Refused, naming the key: a ``batch_type`` other than the
-three, a frontend other than ESPnet's ``default``, a model other than ESPnet's ``espnet``, extracted
-features (``input_size`` set), or a stats dir without the shape files.
-"""
+Rewrites a ``numel``, ``length`` or ``folded`` config with ``batch_type: dynres`` and the batch audit's ``--match``
+``batch_bins`` (its mean audio per step; no batch larger in ``B × T`` than its largest), ``frontend: dynres``,
+``specaug: dynres``, ``model: token_normalized``, ``grad_clip: 1``, no ``valid_batch_bins``, printing each reason;
+refuses another ``batch_type``, frontend or model, ``input_size`` or a stats dir without shape files, naming the key."""
 
 from __future__ import annotations
 
@@ -46,16 +28,13 @@ CONVERTIBLE_BATCH_TYPES = ("numel", "length", "folded")
 
 
 def _number(x: float):
-    """``70.0`` -> ``70`` (as a user writes it), else rounded to 3 decimals."""
     return int(round(x)) if abs(x - round(x)) < 1e-9 else round(x, 3)
 
 
 def find_shape_files(stats_dir: Path) -> Tuple[Path, Optional[Path]]:
-    """``<stats_dir>/train/speech_shape`` and its text shape (``text_shape.<token_type>`` or ``text_shape``).
-
+    """``<stats_dir>/train/speech_shape`` and its ``text_shape.<token_type>`` (or ``text_shape``), if any.
     Raises:
-        SystemExit: no ``speech_shape`` there (run collect-stats, asr.sh stage 10, first).
-    """
+        SystemExit: no ``speech_shape`` (run collect-stats, asr.sh stage 10, first)."""
     train = stats_dir / "train"
     speech = train / "speech_shape"
     if not speech.is_file():
@@ -67,17 +46,9 @@ def find_shape_files(stats_dir: Path) -> Tuple[Path, Optional[Path]]:
 
 def convert(conf: Dict, stats_dir: Path, fs: Optional[str] = None,
             token_options: Optional[Mapping] = None) -> Tuple[Dict, List[str]]:
-    """The dynres config for the ESPnet config ``conf`` and the reasons.
-
-    ``token_options``: ``text``, ``token_list``, ``token_type``, ``bpemodel`` for training's CTC
-    minimum in the plan the budget is chosen from (:func:`espnet_dynres.glue.ctc_targets.config_min_frames`).
-
-    Returns:
-        ``(new_conf, notes)``: the converted config (a new dict, key order kept) and one line per change.
-
+    """``(new_conf, notes)``: the dynres config for ``conf`` (new dict, key order kept) and one line per change.
     Raises:
-        SystemExit: a config the plugin cannot take (module docstring), naming the key.
-    """
+        SystemExit: a config the plugin cannot take (module docstring), naming the key."""
     batch_type = conf.get("batch_type", "folded")  # ESPnet's default
     if batch_type not in CONVERTIBLE_BATCH_TYPES:
         raise SystemExit(f"convert_config: batch_type: {batch_type} cannot be converted; give a config with batch_type "
@@ -87,8 +58,9 @@ def convert(conf: Dict, stats_dir: Path, fs: Optional[str] = None,
                          "(asr.sh --feats_type raw). model: token_normalized alone works on features.")
     frontend = conf.get("frontend", "default")
     if frontend != "default":
-        raise SystemExit(f"convert_config: frontend: {frontend} cannot be converted; frontend: dynres replaces ESPnet's "
-                         "default (log-mel) frontend only")
+        raise SystemExit(
+            f"convert_config: frontend: {frontend} cannot be converted; frontend: dynres replaces ESPnet's "
+            "default (log-mel) frontend only")
     model = conf.get("model", "espnet")
     if model != "espnet":
         raise SystemExit(f"convert_config: model: {model} cannot be converted; model: token_normalized is ESPnet's "
@@ -96,11 +68,9 @@ def convert(conf: Dict, stats_dir: Path, fs: Optional[str] = None,
     speech_shape, text_shape = find_shape_files(stats_dir)
     notes: List[str] = []
     out = dict(conf)
-
     frontend_conf = dict(conf.get("frontend_conf") or {})
     if fs is not None:
         frontend_conf.setdefault("fs", fs)
-
     standard = FrontendConfig.from_conf(frontend_conf).policy.standard_frame_rate_hz
     for key in ("min_frame_rate_hz", "max_frame_rate_hz"):  # the policy's default clamp, written out
         frontend_conf.setdefault(key, _number(DEFAULT_CLAMP_RATIOS[key] * standard))
@@ -125,23 +95,21 @@ def convert(conf: Dict, stats_dir: Path, fs: Optional[str] = None,
         out.pop("valid_batch_bins")
         notes.append(f"valid_batch_bins: {conf['valid_batch_bins']} removed: it counted {batch_type} bins; validation "
                      "now shares batch_bins (feature frames)")
-
-    # batch_bins: the batch audit's match of the reference on the training shape files.
-    draft = dict(out, batch_type="dynres")
+    draft = dict(out, batch_type="dynres")  # batch_bins: the batch audit's match on the training shape files
     policy = FrontendConfig.from_conf({**frontend_conf, **({"fs": parse_fs(fs)} if fs else {})}).policy
     utt2min_frames, _ = config_min_frames(draft, **(token_options or {}))
     options = {k: v for k, v in config_sampler_options(draft).items()
                if k not in ("batch_type", "batch_bins", "fold_length", "oversized")}
-    match = batch_audit.match(conf, read_shape_table(speech_shape, text_shape), speech_shape, text_shape,
-                              policy=policy, fs_hz=parse_fs(fs) if fs else None, utt2min_frames=utt2min_frames,
-                              **options)
+    match = batch_audit.match(conf, read_shape_table(speech_shape, text_shape), speech_shape, text_shape, policy=policy,
+                              fs_hz=parse_fs(fs) if fs else None, utt2min_frames=utt2min_frames, **options)
     out["batch_type"] = "dynres"
     out["batch_bins"] = int(match["batch_bins"])
     ref, chosen = match["reference_figures"], match["figures"]["batch_bins"]
-    same = (f"your mean audio per step is not reachable: the frame-rate clamp closes every batch before it "
-            f"(durations too far apart to share a frame count), so {match['batch_bins_mean_matched']} gives the fullest "
-            f"batches it allows" if match.get("reference_mean_unreachable")
-            else f"the same mean audio per step as yours: {match['batch_bins_mean_matched']}")
+    same = (
+        f"your mean audio per step is not reachable: the frame-rate clamp closes every batch before it "
+        f"(durations too far apart to share a frame count), so {match['batch_bins_mean_matched']} gives the fullest "
+        f"batches it allows" if match.get("reference_mean_unreachable")
+        else f"the same mean audio per step as yours: {match['batch_bins_mean_matched']}")
     notes.append(
         f"batch_type: {batch_type} -> dynres, batch_bins: {conf.get('batch_bins', '(default)')} ({batch_type} bins) -> "
         f"{out['batch_bins']} (feature frames B x T). On {speech_shape}: your config plans {ref['mean_audio_sec']:.1f} s "

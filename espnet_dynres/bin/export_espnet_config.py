@@ -1,19 +1,11 @@
 """``python -m espnet_dynres.bin.export_espnet_config``: a config that stock ESPnet decodes with.
 
-Rewrites a training run's ``config.yaml`` with ESPnet's names (``frontend: default``,
-``specaug: specaug``, ``model: espnet``, ``batch_type: numel``) and without the plugin-only
-keys (:func:`espnet_dynres.glue.stock_config.stock_espnet_config`).  The run's checkpoints load with
-it unchanged, so ``python -m espnet2.bin.asr_inference --asr_train_config <out>`` and
-``espnet_model_zoo`` decode the model without the plugin installed.  The recipe's stage 15
-packs the model with this config.  The run's ``global_mvn`` statistics file (named relative to
-the recipe) is copied beside the written config as ``feats_stats.npz``, where
-``espnet_dynres.bin.asr_inference`` finds it when the experiment folder is decoded from elsewhere.
-
-Examples::
+Rewrites a run's ``config.yaml`` with ESPnet's names (:func:`espnet_dynres.glue.stock_config.stock_espnet_config`) so
+that ``espnet2.bin.asr_inference`` and ``espnet_model_zoo`` decode its checkpoints without the plugin, and copies the
+``global_mvn`` statistics beside it as ``feats_stats.npz``::
 
     python -m espnet_dynres.bin.export_espnet_config --exp_dir exp/asr_train_asr_conformer_dynres_cpu
-    python -m espnet_dynres.bin.export_espnet_config --config exp/x/config.yaml --out config_espnet.yaml
-"""
+    python -m espnet_dynres.bin.export_espnet_config --config exp/x/config.yaml --out config_espnet.yaml"""
 
 from __future__ import annotations
 
@@ -46,9 +38,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"export_espnet_config: wrote {out} (stock ESPnet names; decode with python -m espnet2.bin.asr_inference)")
     stats = (config.get("normalize_conf") or {}).get("stats_file")
     if stats is not None and Path(stats).is_file():
-        # The config names the statistics relative to the recipe; a copy beside it lets
-        # espnet_dynres.bin.asr_inference decode a copied experiment folder from anywhere.
-        shutil.copy2(stats, out.parent / "feats_stats.npz")
+        shutil.copy2(stats, out.parent / "feats_stats.npz")  # beside the config, asr_inference finds it anywhere
         print(f"export_espnet_config: copied {stats} to {out.parent / 'feats_stats.npz'}")
     return 0
 

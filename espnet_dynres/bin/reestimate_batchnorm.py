@@ -1,26 +1,12 @@
-"""``python -m espnet_dynres.bin.reestimate_batchnorm``: a trained model's BatchNorm statistics
-re-estimated offline, optionally for another evaluation frame rate.
+"""``python -m espnet_dynres.bin.reestimate_batchnorm``: a trained model's BatchNorm statistics re-estimated offline,
+optionally for another evaluation frame rate.
 
-Reads an experiment's ``config.yaml`` and a model file (default ``valid.acc.ave.pth``), sets
-``frontend_conf.eval_frame_rate_hz`` when ``--eval_frame_rate_hz`` is given (``frontend:
-dynres`` only; the rate must lie in the run's clamp), re-estimates every BatchNorm layer's
-running statistics over a budgeted sample of the training data at that evaluation rate
-(:func:`restat_from_data_dir`: ``--restat_batches`` of the
-run's evaluation budgets, the same re-estimate ``model: dynres`` runs before each evaluation),
-and writes a new experiment directory holding the changed ``config.yaml`` and the model file
-under its own name.  The recipe's stage 12 decodes it like any experiment
-(``./run.sh --stage 12 --stop_stage 13 --asr_tag <name of --out_dir without asr_>``).
-
-Why: BatchNorm statistics belong to the frame rate they were measured at; a model decoded at
-another rate than it was validated at needs them taken again at that rate
-(``docs/frontend.md``, "The math": outside a training step).  A model averaged over checkpoints
-(``valid.acc.ave.pth``) also gets statistics measured with its own averaged weights.
-
-Run it from the directory the training ran in (the config's relative paths start there)::
+Sets ``frontend_conf.eval_frame_rate_hz`` (``frontend: dynres``), re-estimates BatchNorm statistics at that rate over
+training data (:func:`restat_from_data_dir`) and writes config and model to a new experiment for stage 12 to decode. Run
+it from the training directory::
 
     python -m espnet_dynres.bin.reestimate_batchnorm --exp_dir exp/asr_x --train_dir dump/raw/train \\
-        --out_dir exp/asr_x_eval80 --eval_frame_rate_hz 80
-"""
+        --out_dir exp/asr_x_eval80 --eval_frame_rate_hz 80"""
 
 from __future__ import annotations
 
@@ -42,34 +28,11 @@ from espnet_dynres.glue.trainer import restat_budget
 
 def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir, num_batches: int,
                          seed: int = 0) -> int:
-    """Re-estimate a trained ``model``'s BatchNorm statistics offline, as the plugin's models do
-    before each evaluation, over a sample of a Kaldi-style data directory.
-
-    The sample is :class:`BatchNormSample` ``(num_batches, seed)`` over every utterance of
-    ``data_dir/wav.scp`` (raw audio, read with ``soundfile`` as float32 ``(T_samples,)`` or
-    ``(T_samples, C)``, at the sampling rate the model was trained at), or of
-    ``data_dir/feats.scp`` when there is no ``wav.scp`` (extracted features ``(T_frames, D)``, read
-    with ``kaldiio``), offered one utterance at a time in an order shuffled with ``seed``; only the
-    budgeted sample stays in memory, on the host; each batch is moved to the model's device for its
-    own forward.  It is encoded by :func:`reestimate_batchnorm`, the function training calls before
-    each validation (evaluation mode: the evaluation frame rate of a ``frontend: dynres``, no
-    dropout, no SpecAugment), one utterance per batch.
-
-    Args:
-        model: an ESPnet ASR model with ``encode(speech, speech_lengths)``.
-        budget: the run's evaluation budget (:func:`espnet_dynres.glue.trainer.restat_budget`).
-        data_dir: the training data directory (``wav.scp`` or ``feats.scp``).
-        num_batches: the sample's size in evaluation budgets (``batchnorm_restat_batches``).
-        seed: seed of the order and of the sample's keys.
-
-    Returns:
-        The number of BatchNorm layers re-estimated.
-
+    """Re-estimate ``model``'s BatchNorm statistics (:func:`reestimate_batchnorm`) over ``num_batches`` ``budget`` units
+    of ``data_dir``'s ``wav.scp`` (float32 ``(T_samples,)``/``(T_samples, C)``) or ``feats.scp`` (``(T_frames, D)``);
+    returns the number of layers re-estimated.
     Raises:
-        ValueError: neither ``wav.scp`` nor ``feats.scp`` in ``data_dir``; a blank line, a repeated
-            utterance or an utterance without a path; a file that cannot be read (each names the
-            file, the utterance and the fix).
-    """
+        ValueError: neither scp file; a blank line, repeated utterance or one without a path; an unreadable file."""
     data_dir = Path(data_dir)
     scp = data_dir / "wav.scp"
     if not scp.exists():
@@ -79,15 +42,12 @@ def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir,
                          "of the run (e.g. dump/raw/train)")
     if scp.name == "wav.scp":
         import soundfile
-
         def load(path: str):
             return soundfile.read(path, dtype="float32")[0]  # (T_samples,) or (T_samples, C)
     else:
         import kaldiio
-
         def load(path: str):
             return kaldiio.load_mat(path).astype("float32")  # (T_frames, D)
-
     entries = list(read_keyed_file(scp).items())
     random.Random(seed).shuffle(entries)
     sample = BatchNormSample(num_batches, seed=seed)
@@ -97,7 +57,8 @@ def restat_from_data_dir(model: torch.nn.Module, budget: RestatBudget, data_dir,
         try:
             data = torch.from_numpy(load(path))
         except Exception as exc:  # soundfile/kaldiio raise their own types
-            raise ValueError(f"{scp}: cannot read utterance {utt} from {path} ({exc}); fix the path or the file") from exc
+            raise ValueError(
+                f"{scp}: cannot read utterance {utt} from {path} ({exc}); fix the path or the file") from exc
         sample.add(data[None], torch.tensor([data.shape[0]]), budget)
     return reestimate_batchnorm(model, sample, RestatBudget(max_batch_size=1))
 
@@ -139,8 +100,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     restat_batches = args.restat_batches
     if restat_batches is None:
         restat_batches = int((config.get("model_conf") or {}).get("batchnorm_restat_batches", 6))
-
-
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out_config = args.out_dir / "config.yaml"
     out_config.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")

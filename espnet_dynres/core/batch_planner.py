@@ -1,43 +1,21 @@
-"""The one object that plans a dynres batch: which utterances join it, and the frames each gets.
+"""The one object that plans a dynres batch: which utterances join it, and the frames each gets.  Every rule about a
+batch's frame counts is here, for the ``dynres`` sampler, the frontend's batch without a plan
+(:meth:`BatchPlanner.plan_batch`) and the re-estimate (:func:`fits_budget`).
 
-Every rule about a batch's frame counts is written here and nowhere else.  Three users:
+**Joining a training batch** (:meth:`BatchPlanner.add`): an utterance joins while (a) the
+:class:`~espnet_dynres.core.frame_rate_policy.FrameRatePolicy` batch rule, at the batch's target rate, finds one ``T``
+for the batch inside the clamp ``[min_frame_rate_hz, max_frame_rate_hz]``, (b) ``B × T <= batch_bins`` (feature
+frames), (c) ``B <= max_batch_size`` and (d) ``T`` >= every member's CTC minimum; (e) with ``batch_fill="nearest"`` an
+utterance over ``batch_bins`` still joins if the overshoot is smaller than the room the batch leaves without it, with
+``T = batch_bins // B``, which must stay inside every member's clamp and CTC minimum.
 
-* the ``dynres`` sampler grows each batch with :meth:`BatchPlanner.add` and plans it with
-  :meth:`BatchPlanner.plan`;
-* the ``dynres`` frontend, given a training batch without a plan (another ``batch_type``), asks
-  :meth:`BatchPlanner.plan_batch` (no budget, no CTC minimum);
-* the BatchNorm re-estimate batches its sample by :func:`fits_budget`, the cost the
-  validation sampler plans with.
-
-**Joining a training batch** (:meth:`BatchPlanner.add`).  An utterance joins while
-
-(a) the :class:`~espnet_dynres.core.frame_rate_policy.FrameRatePolicy` still finds one frame count
-    ``T`` for the whole batch inside the clamp ``[min_frame_rate_hz, max_frame_rate_hz]`` (its batch
-    rule, at the batch's target rate),
-(b) ``B × T <= batch_bins`` (feature frames),
-(c) ``B <= max_batch_size``, and
-(d) ``T`` leaves every member at least its CTC minimum;
-(e) with ``batch_fill="nearest"``, an utterance that takes ``B × T`` over ``batch_bins`` still joins
-    when the overshoot is smaller than the room the batch leaves without it, and ``T`` is lowered
-    to ``batch_bins // B``, which must stay inside every member's clamp and CTC minimum.
-
-**The plan of a batch** (:meth:`BatchPlanner.plan`, a :class:`BatchPlan`):
-
-1. ``T`` from the batch rule inside the clamp; if none exists, the same with the lower limit
-   relaxed to ``fallback_frame_rate_hz``;
-2. ``T`` raised to the members' CTC minimum where the clamp allows; if ``B × T`` is over
-   ``batch_bins`` (a lone long utterance, or a batch forced to ``min_batch_size`` under DDP),
-   lowered toward ``batch_bins // B``, never below the fallback rate or the CTC minimum
-   (kind ``LOWERED``; else ``RULE``);
-3. with no common ``T`` at all: each member at its own lowest frame count (the fallback rate, or
-   its CTC minimum, at most its highest count), zero-padded to the longest (kind ``PADDED``).
-
-This is also the rule for a batch without a plan: the frontend's *fallback batch* is a ``PADDED``
-plan it made itself.
-
-**Evaluation** (validation, the re-estimate): every member at the standard rate, padded to the
-longest, so a batch costs ``B × max(standard frames)`` (:func:`fits_budget`; kind
-``STANDARD``).
+**The plan of a batch** (:meth:`BatchPlanner.plan`, a :class:`BatchPlan`): rule (1) ``T`` from the batch rule inside the
+clamp; if none, with the lower limit relaxed to ``fallback_frame_rate_hz``; (2) ``T`` raised to the CTC minimum where
+the clamp allows; if ``B × T > batch_bins`` (a lone long utterance, a batch forced to ``min_batch_size`` under DDP),
+lowered toward ``batch_bins // B``, not below the fallback rate or the CTC minimum (kind ``LOWERED``; else ``RULE``);
+(3) no common ``T``: each member at its lowest count (fallback rate or CTC minimum, at most its highest), zero-padded to
+the longest (kind ``PADDED``; also the frontend's *fallback batch*).  **Evaluation** (validation, re-estimate): every
+member at the standard rate, padded; a batch costs ``B × max(standard frames)`` (:func:`fits_budget`; ``STANDARD``).
 """
 
 from __future__ import annotations
@@ -55,15 +33,8 @@ BATCH_FILLS = ("below", "nearest")
 
 
 class BatchKind(str, Enum):
-    """How a batch's frame counts were planned (rules of the module docstring).
-
-    * ``RULE``: one common ``T`` from the batch rule (rules 1–2), raised to the members' CTC minimum
-      where the clamp allows.
-    * ``LOWERED``: one common ``T`` below the rule's, lowered toward ``batch_bins / B``.
-    * ``PADDED``: no common ``T``: each member at its own lowest frame count, padded (rule 3).
-    * ``STANDARD``: every member at the standard rate, padded to the longest (evaluation).
-    """
-
+    """How a batch's frame counts were planned (module docstring): ``RULE``, a common ``T`` (rules 1–2); ``LOWERED``,
+    a common ``T`` lowered toward ``batch_bins / B``; ``PADDED`` (rule 3); ``STANDARD`` (evaluation)."""
     RULE = "rule"
     LOWERED = "lowered"
     PADDED = "padded"
@@ -72,20 +43,13 @@ class BatchKind(str, Enum):
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """A batch's planned feature frames per utterance, and how they were planned.
-
-    Attributes:
-        frames: ``B`` frame counts, one per member, in the order the members were given.
-        kind: :class:`BatchKind`.
-    """
-
+    """A batch's planned feature frames (``frames``: ``B`` counts, in member order) and its :class:`BatchKind`."""
     frames: Tuple[int, ...]
     kind: BatchKind
 
     @property
     def num_frames(self) -> Optional[int]:
-        """The batch's ``T``: the common count, or the padded length of an evaluation batch;
-        ``None`` for a ``PADDED`` training batch (each member has its own count)."""
+        """The batch's ``T`` (common count, or an evaluation batch's padded length); ``None`` for ``PADDED``."""
         return None if self.kind is BatchKind.PADDED else max(self.frames)
 
     @property
@@ -99,13 +63,7 @@ class BatchPlan:
 
 
 class PlannedBatch(NamedTuple):
-    """A batch as the ``dynres`` sampler yields it: its utterance ids and their plan.
-
-    Attributes:
-        keys: utterance ids, in the order of ``plan.frames``.
-        plan: the :class:`BatchPlan`.
-    """
-
+    """A batch as the ``dynres`` sampler yields it: ``keys`` (utterance ids, in ``plan.frames`` order) and ``plan``."""
     keys: Tuple[str, ...]
     plan: BatchPlan
 
@@ -115,9 +73,8 @@ class PlannedBatch(NamedTuple):
 
 
 def padded_cost_frames(batch_size, longest_frames):
-    """``B × max``: a batch's cost in the budget's unit, padding included (the one definition; ints or
-    numpy arrays of batches).  ``longest_frames`` is the longest member's count (a common ``T``, or
-    under ESPnet's element budgets a re-estimate batch's input elements)."""
+    """``B × max``: a batch's cost in the budget's unit, padding included (the one definition; ints or numpy arrays).
+    ``longest_frames``: a common ``T``, or under ESPnet's element budgets a re-estimate batch's input elements."""
     return batch_size * longest_frames
 
 
@@ -129,14 +86,11 @@ def fits_budget(batch_size: int, longest_frames: int, batch_bins: Optional[int],
 
 
 def check_plan(policy: FrameRatePolicy, num_samples: Sequence[int], frames: Sequence[int]) -> None:
-    """Check a plan's frames that came with a batch (the iterator's ``batch_plan``) against its utterances:
-    one count per utterance, each reachable between ``fallback_frame_rate_hz`` and
-    ``max_frame_rate_hz`` (a common ``T`` of a ``RULE`` or ``LOWERED`` batch, or a ``PADDED`` batch's
-    own counts).
+    """Check a batch's plan (the iterator's ``batch_plan``): one count per utterance, each reachable between
+    ``fallback_frame_rate_hz`` and ``max_frame_rate_hz``.
 
     Raises:
-        ValueError: a plan of the wrong size, or a count the policy cannot produce (sampler and
-            frontend configured differently), naming the fix.
+        ValueError: a wrong-sized plan, or a count the policy cannot produce (sampler and frontend configs differ).
     """
     frames = list(frames)
     if len(frames) != len(num_samples):
@@ -150,28 +104,18 @@ def check_plan(policy: FrameRatePolicy, num_samples: Sequence[int], frames: Sequ
                 f"planned frame counts {frames} cannot be produced for utterance lengths {list(num_samples)} samples: "
                 f"an utterance of {n} samples takes {a}..{b} frames at {policy.fallback_frame_rate_hz:g}-"
                 f"{policy.max_frame_rate_hz:g} Hz. batch_type dynres and frontend dynres must use the same "
-                "frontend_conf."
-            )
+                "frontend_conf.")
 
 
 class BatchPlanner:
-    """Plans batches of a set of utterances (rules in the module docstring).
-
-    Stateful as lhotse's ``TimeConstraint``: :meth:`reset` opens a batch, :meth:`add` admits an
-    utterance to it or refuses it (leaving the batch as it was), :meth:`force` adds one regardless
-    (a batch that must reach ``min_batch_size``); :meth:`plan` gives any group's
-    :class:`BatchPlan`.  Utterances are given by their index into ``num_samples``.
+    """Plans batches of a set of utterances (rules in the module docstring); stateful as lhotse's ``TimeConstraint``:
+    :meth:`reset` opens a batch, :meth:`add` admits an utterance or refuses it, :meth:`force` adds one regardless.
 
     Args:
-        policy: the frame-rate policy shared with the frontend.
-        num_samples: ``(N,)`` int samples per utterance.
-        min_frames: ``(N,)`` int CTC minimum per utterance (feature frames; capped at the standard
-            count), or ``None`` (1).
-        batch_bins: frame budget ``B × T`` (feature frames), or ``None``: no budget.
-        max_batch_size: most utterances per batch, or ``None``.
-        batch_fill: ``"below"`` or ``"nearest"`` (rule (e)).
-        evaluation: plan evaluation batches (every member at the standard rate, padded) instead of
-            training batches.
+        policy: shared with the frontend; num_samples: ``(N,)`` int samples; min_frames: ``(N,)`` int CTC minimum
+            (feature frames, capped at the standard count; ``None``: 1).
+        batch_bins: budget ``B × T`` (feature frames); max_batch_size: most utterances per batch (``None``: no limit).
+        batch_fill: ``"below"`` or ``"nearest"`` (rule (e)); evaluation: plan evaluation batches.
 
     Raises:
         ValueError: ``batch_bins < 1``, ``max_batch_size < 1``, an unknown ``batch_fill``.
@@ -199,12 +143,11 @@ class BatchPlanner:
         mins = np.ones_like(std) if min_frames is None else np.minimum(np.asarray(min_frames, dtype=np.int64), std)
         self.standard_frames, self.lowest_in_clamp, self.highest = std, lo, hi
         self.lowest_at_fallback, self.min_frames = fallback_lo, mins
-        # Python lists: add() runs once per utterance (a million in a few seconds).
-        self._std, self._lo, self._hi = std.tolist(), lo.tolist(), hi.tolist()
+        self._std, self._lo, self._hi = std.tolist(), lo.tolist(), hi.tolist()  # lists: add() runs per utterance
         self._fb_lo, self._min = fallback_lo.tolist(), mins.tolist()
         self._bins = math.inf if batch_bins is None else batch_bins
         self._max_bs = math.inf if max_batch_size is None else max_batch_size
-        self._limits = None  # evaluation: the most utterances a batch may hold, per longest member (for_evaluation)
+        self._limits = None  # evaluation: most utterances per batch, per longest member (for_evaluation)
         self._nearest = batch_fill == "nearest"
         self._pick = policy.pick_frame_count
         self.reset()
@@ -212,18 +155,9 @@ class BatchPlanner:
     @classmethod
     def for_evaluation(cls, costs: Sequence[int], batch_bins: Optional[int],
                        max_batch_sizes: Optional[Sequence[Optional[int]]] = None) -> "BatchPlanner":
-        """An evaluation planner over utterances given by their cost instead of their samples (the
-        BatchNorm re-estimate under any of ESPnet's budgets): a batch costs ``B ×`` its costliest
-        member's cost and holds at most that member's ``max_batch_sizes`` entry of utterances.
-
-        Args:
-            costs: ``(N,)`` int cost per utterance in the budget's unit (standard frames, input
-                elements, or 1 under a count budget).
-            batch_bins: most cost per batch, or ``None``.
-            max_batch_sizes: ``(N,)`` most utterances of a batch whose costliest member is that
-                utterance (``None`` entries, or ``None``: no limit); ESPnet's ``folded`` batches
-                make it depend on the length.
-        """
+        """An evaluation planner over ``costs`` (``(N,)`` int per utterance in the budget's unit: standard frames, input
+        elements or 1) instead of samples (the BatchNorm re-estimate): a batch costs ``B ×`` its costliest member's
+        cost, holding at most that member's ``max_batch_sizes`` entry (``(N,)``; ``None``: no limit)."""
         planner = cls.__new__(cls)
         planner.policy, planner.evaluation, planner.batch_fill = None, True, "below"
         planner.batch_bins, planner.max_batch_size = batch_bins, None
@@ -250,7 +184,6 @@ class BatchPlanner:
             raise ValueError("a batch needs at least one utterance")
         return self.plan(range(len(self._std)), epoch)
 
-    # ------------------------------------------------------------ growing a batch
     def reset(self, target_rate_hz: Optional[float] = None) -> None:
         """Open an empty batch aiming at ``target_rate_hz`` (a drawn rate, Hz; ``None``: the policy's)."""
         self.size = 0
@@ -273,8 +206,7 @@ class BatchPlanner:
             return False
         u_lo, u_hi, u_min = self._lo[i], self._hi[i], self._min[i]
         lo, hi, need = self._lo_b, self._hi_b, self._need_b
-        # Plain comparisons instead of min()/max(): this runs once per utterance.
-        new_lo = lo if lo > u_lo else u_lo
+        new_lo = lo if lo > u_lo else u_lo  # no min()/max() and padded_cost_frames written out: runs per utterance
         new_hi = hi if hi < u_hi else u_hi
         new_need = need if need > u_min else u_min
         if new_lo > new_hi:
@@ -282,10 +214,8 @@ class BatchPlanner:
         rate = self.target_rate_hz
         total = self._std_b + self._std[i]
         t = self._pick(new_lo, new_hi, total, size, None, rate)
-        # padded_cost_frames(size, t) written out: this runs once per utterance.
         fits = new_need <= t and size * t <= self._bins and size <= self._max_bs
-        if not fits and self._nearest and size <= self._max_bs:
-            # Rule (e): over the budget by less than the room the batch leaves without this utterance.
+        if not fits and self._nearest and size <= self._max_bs:  # rule (e)
             over = size * t - self._bins
             room = self._bins - (size - 1) * self._pick(lo, hi, self._std_b, size - 1, None, rate)
             t = self._bins // size
@@ -296,8 +226,7 @@ class BatchPlanner:
         return True
 
     def force(self, i: int) -> None:
-        """Add utterance ``i`` to the open batch whatever the rules say (its plan may then be
-        ``LOWERED`` or ``PADDED``)."""
+        """Add utterance ``i`` to the open batch whatever the rules say (its plan may be ``LOWERED`` or ``PADDED``)."""
         if self.evaluation:
             if self.size == 0 or self._std[i] >= self._longest:
                 self._longest, self._limit = self._std[i], self._limit_of(i)
@@ -319,16 +248,10 @@ class BatchPlanner:
 
     def group(self, order: Sequence[int], min_batch_size: int = 1,
               target_rates_hz: Optional[Sequence[float]] = None) -> List[List[int]]:
-        """Utterances in ``order`` grouped into batches: a batch closes when the next utterance does
-        not join (:meth:`add`), unless it holds fewer than ``min_batch_size`` (then the utterance is
-        forced in); the last batch, if smaller than ``min_batch_size``, is rebalanced with the one
-        before so that both keep it (a forced batch has at most ``2 × min_batch_size − 1``).
-
-        Args:
-            order: utterance indices.
-            min_batch_size: fewest utterances per batch (the world size under DDP).
-            target_rates_hz: the drawn target rate of each batch in fill order, or ``None``.
-        """
+        """Utterance indices ``order`` grouped into batches: a batch closes when the next one does not join
+        (:meth:`add`), unless it holds fewer than ``min_batch_size`` (the DDP world size; then that one is forced in); a
+        short last batch is rebalanced with the one before (a forced batch has at most ``2 × min_batch_size − 1``).
+        ``target_rates_hz``: each batch's drawn target rate (Hz) in fill order, or ``None``."""
         batches: List[List[int]] = []
         current: List[int] = []
         add, force = self.add, self.force
@@ -357,17 +280,11 @@ class BatchPlanner:
             batches.append(current)
         return batches
 
-    # ------------------------------------------------------------ planning a batch
     def plan(self, members: Sequence[int], epoch: Optional[int] = None,
              target_rate_hz: Optional[float] = None) -> BatchPlan:
-        """The :class:`BatchPlan` of the batch of utterances ``members`` (rules 1–3, or the
-        evaluation rule), frames in the order of ``members``.
-
-        Args:
-            members: utterance indices (at least one).
-            epoch: 1-based epoch for the policy's resolution curriculum; ``None``: none.
-            target_rate_hz: the batch's drawn target rate (Hz); ``None``: the policy's target.
-        """
+        """The :class:`BatchPlan` of utterance indices ``members`` (at least one; frames in their order) by rules 1–3
+        or the evaluation rule.  ``epoch``: 1-based, for the policy's curriculum (``None``: none); ``target_rate_hz``:
+        the batch's drawn target rate (Hz; ``None``: the policy's target)."""
         members = list(members)
         if self.evaluation:
             return BatchPlan(tuple(self._std[i] for i in members), BatchKind.STANDARD)
@@ -378,8 +295,7 @@ class BatchPlanner:
 
     def _plan_from_totals(self, members, lo: int, hi: int, total_std: int, epoch: Optional[int],
                           target_rate_hz: Optional[float]) -> BatchPlan:
-        """:meth:`plan` from the members' range intersection and summed standard frames (the
-        sampler has them for all of an epoch's batches at once)."""
+        """:meth:`plan` from the members' range intersection and summed standard frames."""
         size = len(members)
         need = max(self._min[i] for i in members)
         pick = self.policy.pick_frame_count
@@ -392,7 +308,7 @@ class BatchPlanner:
         if t < need <= hi:  # a target below the standard rate can put T under a CTC minimum
             t = need
         kind = BatchKind.RULE
-        if padded_cost_frames(size, t) > self._bins:  # lower toward the budget, never below the fallback rate or CTC minimum
+        if padded_cost_frames(size, t) > self._bins:  # lower toward the budget, never below fallback or CTC minimum
             floor = max(self._fb_lo[i] for i in members)
             lowered = max(floor, need if need <= hi else floor, min(t, self._bins // size))
             kind = BatchKind.LOWERED if lowered < t else kind
@@ -413,16 +329,13 @@ class BatchPlanner:
         return [self._plan_from_totals(g, a, b, s, epoch, r) for g, a, b, s, r in zip(groups, lo, hi, std, rates)]
 
     def within_budget(self, frames: Sequence[int]) -> bool:
-        """Whether a batch planned at ``frames`` (one count per member) keeps ``batch_bins`` (``B ×`` its
-        longest count, padding included) and ``max_batch_size``."""
+        """Whether a batch at ``frames`` (one count per member) keeps ``batch_bins`` (padded) and ``max_batch_size``."""
         return fits_budget(len(frames), max(frames), self.batch_bins, self.max_batch_size)
 
     def lowest_frames(self, i: int) -> int:
-        """The fewest frames utterance ``i`` can be planned: its count at the fallback rate, or its CTC
-        minimum if higher."""
+        """The fewest frames utterance ``i`` can be planned: its fallback-rate count, or its CTC minimum if higher."""
         return max(self._fb_lo[i], self._min[i])
 
     def min_batch_bins_in_clamp(self, min_batch_size: int = 1) -> int:
-        """The smallest ``batch_bins`` with every utterance alone inside the clamp and its CTC minimum
-        (``min_batch_size`` of the longest)."""
+        """Smallest ``batch_bins`` keeping each utterance alone in its clamp and CTC minimum (× ``min_batch_size``)."""
         return min_batch_size * int(np.maximum(self.lowest_in_clamp, self.min_frames).max())

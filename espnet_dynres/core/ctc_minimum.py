@@ -1,10 +1,6 @@
-"""Is CTC possible for an utterance? Encoder frame counts versus transcript needs.
-
-CTC can align ``U`` target tokens only if the encoder emits at least
-``U + R`` frames, ``R`` being the number of adjacent repeated tokens (a blank
-must separate repeats).  ESPnet's convolutional input layers reduce
-``T_frames`` feature frames to (kernel ``k``, stride ``s`` each layer:
-``T -> (T - k) // s + 1``, from ``espnet.nets.pytorch_backend.transformer.subsampling``):
+"""Is CTC possible for an utterance?  CTC aligns ``U`` tokens only if the encoder emits at least ``U + R`` frames (``R``
+adjacent repeats, which need a blank between).  ESPnet's conv input layers reduce ``T`` feature frames (each layer
+``T -> (T - k) // s + 1``, kernel ``k``, stride ``s``; ``espnet.nets.pytorch_backend.transformer.subsampling``) to:
 
 ================  ===========================================
 input_layer       encoder frames
@@ -40,10 +36,8 @@ def encoder_frames(num_frames: int, input_layer: Optional[str]) -> int:
         ValueError: an ``input_layer`` whose subsampling is not known here.
     """
     if input_layer not in _LAYERS:
-        raise ValueError(
-            f"unknown encoder input_layer {input_layer!r} for the CTC feasibility check; "
-            f"known: {sorted(k for k in _LAYERS if k)}"
-        )
+        raise ValueError(f"unknown encoder input_layer {input_layer!r} for the CTC feasibility check; "
+                         f"known: {sorted(k for k in _LAYERS if k)}")
     t = int(num_frames)
     for kernel, stride in _LAYERS[input_layer]:
         t = (t - kernel) // stride + 1 if t >= kernel else 0

@@ -1,13 +1,5 @@
-"""Log-mel features at a per-utterance frame shift: the functions the ``dynres`` frontend is made of.
-
-``framed_logmel`` frames every utterance of a batch at its own (fractional) frame shift, as
-``torch.stft(center=True, pad_mode="reflect")`` frames one utterance at a whole one, and applies a
-mel filterbank; ``resample_rows`` resamples each utterance to its own rate (windowed sinc, rows of
-one rate together).  ``hop_logmel``, ``resample_logmel`` and ``fixed_rate_logmel`` are the
-frontend's three feature paths built from them.  The ``dynres`` frontend
-(:class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`) holds the configuration and the
-filterbank modules and calls these.
-"""
+"""Log-mel features at a per-utterance frame shift: :func:`framed_logmel`, :func:`resample_rows` and the three feature
+paths built from them, the functions :class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend` is made of."""
 
 from __future__ import annotations
 
@@ -24,8 +16,8 @@ LogMelFn = Callable[[torch.Tensor, Optional[torch.Tensor]], Tuple[torch.Tensor, 
 
 
 def padded_window(window: Optional[str], win_length: int, n_fft: int, device: torch.device) -> torch.Tensor:
-    """The analysis window (``torch.<window>_window``, or ones for ``None``) zero-padded to ``n_fft``,
-    centred, as ``torch.stft`` pads it: ``(n_fft,)`` float32."""
+    """The analysis window (``torch.<window>_window``, or ones for ``None``) zero-padded to ``n_fft``, centred, as
+    ``torch.stft`` pads it: ``(n_fft,)`` float32."""
     win = torch.ones(win_length, device=device) if window is None else getattr(torch, f"{window}_window")(
         win_length, device=device)
     left = (n_fft - win_length) // 2
@@ -33,20 +25,9 @@ def padded_window(window: Optional[str], win_length: int, n_fft: int, device: to
 
 
 def reflect_padded(speech: torch.Tensor, speech_lengths: torch.Tensor, n_fft: int) -> torch.Tensor:
-    """Every utterance reflect-padded by ``n_fft // 2`` samples at its own two ends.
-
-    Sample ``i`` of the result is the utterance's sample ``i - n_fft // 2`` for ``0 <= i - n_fft // 2
-    < L_b``, its mirror image (without repeating the edge sample, as ``pad_mode="reflect"``;
-    repeated for utterances shorter than the pad) in the ``n_fft // 2`` samples on either side, and
-    unspecified beyond ``L_b + n_fft // 2`` (no frame of utterance ``b`` reads there).  One copy of
-    the batch plus an ``O(B × n_fft)`` gather.
-
-    Args:
-        speech: ``(B, T_samples)`` float; speech_lengths: ``(B,)`` int64 samples.
-
-    Returns:
-        ``(B, T_samples + n_fft)`` float32.
-    """
+    """Every utterance reflect-padded by ``n_fft // 2`` samples at its own two ends, as ``pad_mode="reflect"`` (edge
+    sample not repeated; the mirror repeats for utterances shorter than the pad; unspecified past ``L_b + n_fft // 2``):
+    ``speech`` ``(B, T_samples)`` float, ``speech_lengths`` ``(B,)`` int64 -> ``(B, T_samples + n_fft)`` float32."""
     half = n_fft // 2
     speech = speech.float()
     padded = torch.nn.functional.pad(speech, (half, half))  # (B, L_max + n_fft)
@@ -62,59 +43,36 @@ def reflect_padded(speech: torch.Tensor, speech_lengths: torch.Tensor, n_fft: in
 
 def framed_logmel(speech: torch.Tensor, speech_lengths: torch.Tensor, shifts: torch.Tensor,
                   feats_lengths: torch.Tensor, window: torch.Tensor, logmel: LogMelFn) -> torch.Tensor:
-    """Log-mel of frames centred on ``round(t × shift_b)``, reflected at each utterance's ends.
-
-    As ``torch.stft(center=True, pad_mode="reflect")`` does for one utterance: each frame reads
-    ``n_fft = len(window)`` samples around its centre, multiplied by ``window``; ``rfft``, power,
-    ``logmel``.  Cost: one copy of the batch (:func:`reflect_padded`), one gather of
-    ``B × T × n_fft`` samples (the frames; ``torch.stft`` materialises as many), then the same
-    FFT, power and mel matmul as ESPnet's ``DefaultFrontend``.
-
-    Args:
-        speech: ``(B, T_samples)``; speech_lengths ``(B,)`` int64; shifts ``(B,)`` float64
-            samples; feats_lengths ``(B,)`` int64 frames.
-        window: ``(n_fft,)`` the zero-padded analysis window (:func:`padded_window`).
-        logmel: the mel filterbank and log (ESPnet's ``LogMel``).
-
-    Returns:
-        feats ``(B, max(feats_lengths), n_mels)``, frames past an utterance's length set to 0.
-    """
+    """Log-mel of frames centred on ``round(t × shift_b)``, reflected at each utterance's ends, as
+    ``torch.stft(center=True, pad_mode="reflect")`` frames one utterance, times ``window`` (``(n_fft,)``,
+    :func:`padded_window`), then ``rfft``, power, ``logmel``.  ``speech`` ``(B, T_samples)``, ``speech_lengths``
+    ``(B,)`` int64, ``shifts`` ``(B,)`` float64 samples, ``feats_lengths`` ``(B,)`` int64 frames -> feats
+    ``(B, max(feats_lengths), n_mels)``, 0 past an utterance's length."""
     device = speech.device
     n_fft = int(window.numel())
     t_max = int(feats_lengths.max())
     padded = reflect_padded(speech, speech_lengths, n_fft)  # (B, L_max + n_fft)
-    # Frame t of utterance b starts at padded sample round(t * shift_b) (centre minus n_fft/2).
     t_idx = torch.arange(t_max, device=device, dtype=torch.float64)  # (T,)
-    starts = torch.round(shifts[:, None] * t_idx[None, :]).long()  # (B, T)
+    starts = torch.round(shifts[:, None] * t_idx[None, :]).long()  # (B, T): frame starts in padded
     starts = starts.clamp(max=padded.size(1) - n_fft)
-    # Every n_fft-sample window of the flattened batch is a row of one strided view;
-    # index_select copies the B x T wanted rows (faster than indexing an unfold view).
+    # Every n_fft window of the flat batch is a row of one strided view; index_select copies the B x T wanted rows.
     batch, padded_len = padded.shape
     windows = padded.reshape(-1).as_strided((batch * padded_len - n_fft + 1, n_fft), (1, 1))
     rows = (starts + torch.arange(batch, device=device)[:, None] * padded_len).reshape(-1)  # (B * T,)
     frames = windows.index_select(0, rows).view(batch, t_max, n_fft)  # (B, T, n_fft), a copy
     frames.mul_(window.to(device))
     spec = torch.fft.rfft(frames, n=n_fft)  # (B, T, n_fft // 2 + 1)
-    # x * x is bit-identical to DefaultFrontend's x ** 2 and faster on CPU.
-    power = spec.real * spec.real + spec.imag * spec.imag
-    # Masking padded frames costs a pass over the output; a dynamic batch has none.
-    all_full = bool((feats_lengths == t_max).all())
+    power = spec.real * spec.real + spec.imag * spec.imag  # bit-identical to DefaultFrontend's x ** 2, faster on CPU
+    all_full = bool((feats_lengths == t_max).all())  # masking costs a pass; a dynamic batch has no padded frames
     feats, _ = logmel(power, None if all_full else feats_lengths)  # (B, T, n_mels), padding -> 0
     return feats
 
 
-def hop_logmel(policy: FrameRatePolicy, speech: torch.Tensor, speech_lengths: torch.Tensor,
-               feats_lengths: torch.Tensor, window: torch.Tensor, logmel: LogMelFn) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``method: hop``: each utterance framed at its own fractional shift
-    (:meth:`FrameRatePolicy.frame_shifts_samples`), the whole batch in one :func:`framed_logmel`.
-
-    Args:
-        speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples;
-            feats_lengths ``(B,)`` int64 frames wanted per utterance.
-
-    Returns:
-        feats ``(B, max(feats_lengths), n_mels)`` and the frame rates ``(B,)`` float32 Hz.
-    """
+def hop_logmel(policy: FrameRatePolicy, speech: torch.Tensor, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor,
+               window: torch.Tensor, logmel: LogMelFn) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``method: hop``: each utterance framed at its own shift (:meth:`FrameRatePolicy.frame_shifts_samples`) in one
+    :func:`framed_logmel`.  ``speech`` ``(B, T_samples)`` float32, ``speech_lengths`` ``(B,)`` int64 samples,
+    ``feats_lengths`` ``(B,)`` int64 frames -> feats ``(B, max(feats_lengths), n_mels)``, rates ``(B,)`` float32 Hz."""
     shifts = policy.frame_shifts_samples(speech_lengths.to(speech.device), feats_lengths.to(speech.device))
     return framed_logmel(speech, speech_lengths, shifts, feats_lengths, window, logmel), (policy.fs / shifts).float()
 
@@ -124,19 +82,9 @@ def resample_logmel(policy: FrameRatePolicy, speech: torch.Tensor, speech_length
                     resampler: Callable[[int], Callable[[torch.Tensor], torch.Tensor]],
                     logmel_at: Optional[Callable[[int], LogMelFn]] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """``method: resample``: each utterance resampled to its rate ``fs'`` on the ``grid_hz`` grid
-    (:func:`resample_rates_hz`, :func:`resample_rows`), then framed at (nearly) the standard hop.
-
-    Args:
-        speech, speech_lengths, feats_lengths, window: as :func:`hop_logmel`.
-        logmel: the filterbank of ``policy.fs`` (``resample_filterbank: original``: a speed change).
-        resampler: ``resampler(fs')`` gives the ``fs -> fs'`` transform.
-        logmel_at: ``logmel_at(fs')`` gives the filterbank of ``fs'`` (``resample_filterbank:
-            resampled``); ``None`` uses ``logmel`` for every rate.
-
-    Returns:
-        feats ``(B, max(feats_lengths), n_mels)`` and the frame rates ``(B,)`` float32 Hz, in the
-        original time axis.
-    """
+    (:func:`resample_rates_hz`, :func:`resample_rows`), framed at (nearly) the standard hop; otherwise as
+    :func:`hop_logmel`.  ``logmel``: ``policy.fs``'s filterbank (a speed change); ``resampler(fs')``: the ``fs -> fs'``
+    transform; ``logmel_at(fs')``: the filterbank of ``fs'`` (``None``: ``logmel``)."""
     device = speech.device
     counts = feats_lengths.to(device)
     new_rates = resample_rates_hz(policy, speech_lengths.to(device).long(), counts, grid_hz)  # (B,) int64 Hz
@@ -158,30 +106,18 @@ def resample_logmel(policy: FrameRatePolicy, speech: torch.Tensor, speech_length
 
 def fixed_rate_logmel(policy: FrameRatePolicy, speech: torch.Tensor, speech_lengths: torch.Tensor,
                       window: torch.Tensor, logmel: LogMelFn) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Every utterance at ``policy.eval_frame_rate_hz`` (one shift, ``fs / eval_frame_rate_hz``
-    samples; :meth:`FrameRatePolicy.eval_frame_counts` frames).
-
-    Returns:
-        feats ``(B, T_frames, n_mels)`` (padded frames 0) and feats_lengths ``(B,)`` int64.
-    """
+    """Every utterance at ``policy.eval_frame_rate_hz`` (:meth:`FrameRatePolicy.eval_frame_counts` frames): feats
+    ``(B, T_frames, n_mels)`` (padded frames 0) and feats_lengths ``(B,)`` int64."""
     feats_lengths = torch.from_numpy(policy.eval_frame_counts(speech_lengths.cpu().numpy())).to(speech.device)
-    shifts = torch.full((speech.size(0),), policy.eval_frame_shift_samples, dtype=torch.float64,
-                        device=speech.device)
+    shifts = torch.full((speech.size(0),), policy.eval_frame_shift_samples, dtype=torch.float64, device=speech.device)
     return framed_logmel(speech.float(), speech_lengths, shifts, feats_lengths, window, logmel), feats_lengths
 
 
 def resample_rates_hz(policy: FrameRatePolicy, num_samples: torch.Tensor, num_frames: torch.Tensor,
                       grid_hz: int) -> torch.Tensor:
-    """``fs'`` per utterance for ``method: resample``: the rate at which the standard ``hop_length``
-    gives the utterance's frame rate (:meth:`FrameRatePolicy.frame_shifts_samples`), on a ``grid_hz``
-    grid (at least one step).
-
-    Args:
-        num_samples: ``(B,)`` int64 samples; num_frames ``(B,)`` int64 frames wanted.
-
-    Returns:
-        ``(B,)`` int64 Hz.
-    """
+    """``fs'`` per utterance for ``method: resample``: the rate at which ``hop_length`` gives its frame rate
+    (:meth:`FrameRatePolicy.frame_shifts_samples`), on a ``grid_hz`` grid (at least one step).  ``num_samples``,
+    ``num_frames`` ``(B,)`` int64 -> ``(B,)`` int64 Hz."""
     rate_hz = policy.fs / policy.frame_shifts_samples(num_samples, num_frames)  # (B,) float64
     ideal = policy.fs * rate_hz / policy.standard_frame_rate_hz
     return (torch.round(ideal / grid_hz) * grid_hz).clamp(min=grid_hz).long()
@@ -190,29 +126,16 @@ def resample_rates_hz(policy: FrameRatePolicy, num_samples: torch.Tensor, num_fr
 def resample_rows(speech: torch.Tensor, speech_lengths: torch.Tensor, new_rates_hz: torch.Tensor, fs_hz: int,
                   resampler: Callable[[int], Callable[[torch.Tensor], torch.Tensor]]
                   ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Each utterance resampled from ``fs_hz`` to its own rate, the rows of one rate together.
-
-    Utterances of one rate are resampled as the rows of one zero-padded tensor (zeros past an
-    utterance's end are what ``torchaudio.functional.resample`` assumes there anyway).
-
-    Args:
-        speech: ``(B, T_samples)`` float32; speech_lengths ``(B,)`` int64 samples.
-        new_rates_hz: ``(B,)`` int64 target rates.
-        fs_hz: the rate of ``speech``.
-        resampler: ``resampler(fs_new)`` gives the ``fs_hz -> fs_new`` transform (kept by the caller).
-
-    Returns:
-        ``(B, T_resampled)`` float32 zero-padded, and ``(B,)`` int64 samples after resampling
-        (``ceil(L × fs' / fs)`` as torchaudio computes them).
-    """
+    """Each utterance resampled from ``fs_hz`` to its own ``new_rates_hz`` (``(B,)`` int64), the rows of one rate
+    zero-padded together (as ``torchaudio.functional.resample`` assumes); ``resampler(fs_new)``: the transform.
+    ``speech`` ``(B, T_samples)`` float32, ``speech_lengths`` ``(B,)`` int64 -> ``(B, T_resampled)`` float32 zero-padded
+    and ``(B,)`` int64 samples (``ceil(L × fs' / fs)``, as torchaudio)."""
     device = speech.device
     lengths = speech_lengths.to(device).long()
     g = torch.gcd(new_rates_hz, torch.full_like(new_rates_hz, fs_hz))
-    new_lengths = torch.where(
-        new_rates_hz == fs_hz,
-        lengths,
-        torch.ceil((new_rates_hz // g * lengths).double() / (fs_hz // g).double()).long(),
-    )  # (B,)
+    new_lengths = torch.where(new_rates_hz == fs_hz, lengths,
+                              torch.ceil((new_rates_hz // g * lengths).double() / (fs_hz // g).double()).long(),
+                              )  # (B,)
     padded = speech.new_zeros(speech.size(0), int(new_lengths.max()))  # (B, T_resampled)
     for fs_new in sorted(set(new_rates_hz.tolist())):  # a loop over distinct rates, not utterances
         rows = (new_rates_hz == fs_new).nonzero().flatten()
@@ -226,16 +149,9 @@ def resample_rows(speech: torch.Tensor, speech_lengths: torch.Tensor, new_rates_
 
 
 def check_speech_batch(speech: torch.Tensor, speech_lengths: torch.Tensor, *, min_samples: int) -> None:
-    """Reject a batch that would make the frontend fail or emit NaN features.
-
-    The last line of defence (utterance ids are not known inside the model);
-    the message gives the batch index and length so that the utterance can be
-    found with :func:`espnet_dynres.glue.data_checks.check_audio_files` / the recipe's stage 3.
-
-    Args:
-        speech: ``(B, T_samples)`` float, zero-padded.
-        speech_lengths: ``(B,)`` int64 samples before padding.
-        min_samples: fewest samples per utterance (:func:`espnet_dynres.glue.data_checks.min_input_samples`).
+    """Reject a batch that would make the frontend fail or emit NaN features, naming batch index and length (find it
+    with :func:`espnet_dynres.glue.data_checks.check_audio_files`).  ``speech`` ``(B, T_samples)`` float, zero-padded;
+    ``speech_lengths`` ``(B,)`` int64; ``min_samples``: see :func:`~espnet_dynres.glue.data_checks.min_input_samples`.
 
     Raises:
         ValueError: an utterance shorter than ``min_samples``, or NaN/inf samples.
@@ -246,14 +162,10 @@ def check_speech_batch(speech: torch.Tensor, speech_lengths: torch.Tensor, *, mi
         raise ValueError(
             f"batch items {short[:SHOWN_ITEMS]} have {lengths} samples, fewer than the {int(min_samples)} one "
             "analysis window needs. Remove such utterances from the data (recipe stage 4, --min_wav_duration; "
-            "with asr.sh, --min_wav_duration) and re-run collect-stats."
-        )
-    # A finite sum proves every sample finite in one pass (isfinite().all() costs ~4 passes,
-    # ~10 % of the frontend's forward); an overflowing sum falls through to the exact test.
+            "with asr.sh, --min_wav_duration) and re-run collect-stats.")
+    # A finite sum proves all samples finite in one pass (isfinite().all(): ~4); an overflow falls to the exact test.
     if not bool(torch.isfinite(speech.sum())) and not bool(torch.isfinite(speech).all()):
         items = (~torch.isfinite(speech)).any(dim=1).nonzero().flatten().tolist()
-        raise ValueError(
-            f"batch items {items[:SHOWN_ITEMS]} have NaN/inf samples (lengths "
+        raise ValueError(f"batch items {items[:SHOWN_ITEMS]} have NaN/inf samples (lengths "
             f"{[int(speech_lengths[b]) for b in items[:SHOWN_ITEMS]]}). Find and re-create the files "
-            "(recipe stage 3 reports them by name) or check the data augmentation."
-        )
+            "(recipe stage 3 reports them by name) or check the data augmentation.")

@@ -1,50 +1,18 @@
-"""The one object that decides frame counts and frame rates.
+"""The one object that decides frame counts and frame rates, for both the ``dynres`` sampler and frontend.
 
-Both the ``dynres`` batch sampler (planning batches from shape files) and the
-``dynres`` frontend (computing features) call this policy, so the frame count a
-batch was planned for is the frame count it gets.
+Conventions (ESPnet's ``Stft``, ``center=True``, even ``n_fft``): ``L`` samples at a shift of ``h`` samples give
+``1 + floor(L / h)`` frames, frame ``t`` centred on sample ``t * h``; the standard rate is ``fs / hop_length`` Hz (count
+``1 + L // hop_length``); a rate ``r`` Hz is a shift of ``fs / r`` samples.  A shift in ``(L / T, L / (T - 1)]`` gives
+``T`` frames, so the allowed shifts ``[fs / max_rate, fs / min_rate]`` give
+``1 + floor(L * min_rate / fs) <= T <= 1 + floor(L * max_rate / fs)``; ``T`` is framed at the allowed shift closest to
+``hop_length`` (the standard count exactly as ``DefaultFrontend``).
 
-Conventions (as ESPnet's ``Stft`` with ``center=True`` and an even ``n_fft``):
-
-* an utterance of ``L`` samples analysed with a frame shift of ``h`` samples has
-  ``1 + floor(L / h)`` frames, frame ``t`` centred on sample ``t * h``;
-* the standard frame rate is ``fs / hop_length`` Hz (16 kHz / 160 = 100 Hz,
-  8 kHz / 80 = 100 Hz), so the standard frame count is ``1 + L // hop_length``;
-* a frame rate ``r`` Hz means a frame shift of ``fs / r`` samples: rates are
-  rates at any ``fs``, shifts are samples.
-
-Frame count ``T`` is what a frame shift ``h`` in ``(L / T, L / (T - 1)]`` gives
-(``T - 1 <= L / h < T``: first centre at sample 0, last centre no later than
-sample ``L``, the uncovered tail shorter than one shift).  Intersecting that
-interval with the allowed shifts ``[fs / max_rate, fs / min_rate]`` gives the
-frame counts an utterance may take — exactly the frame counts at the two clamp
-rates::
-
-    1 + floor(L * min_rate / fs)  <=  T  <=  1 + floor(L * max_rate / fs)
-
-Inside the allowed interval the policy takes the frame shift closest to the
-standard ``hop_length``, so an utterance whose ``T`` equals its standard frame
-count is analysed exactly as ESPnet's ``DefaultFrontend`` would.
-
-The batch rule (:meth:`FrameRatePolicy.pick_frame_count`):
-``T`` = the mean of the utterances' standard frame counts times ``target_frame_rate_hz / standard
-rate`` (1 by default: the mean standard frame count), rounded, clipped into the intersection of
-their ranges at ``[min_frame_rate_hz, max_frame_rate_hz]``; every utterance gets ``T``.  A target
-below the standard rate makes the batch cost fewer encoder frames (``target / standard`` of them
-when no clip applies).  What happens when that intersection is empty, the budget, the CTC minimum
-and padding are the planner's (:mod:`espnet_dynres.core.batch_planner`), the one place that
-plans a batch.
-
-Optional drawn target rate (``target_frame_rate_range_hz = (lo, hi)``): each training batch
-aims at its own target rate, drawn uniformly from ``[lo, hi]`` Hz by
-:meth:`FrameRatePolicy.batch_target_rates_hz` (deterministic in seed and epoch), in place of
-``target_frame_rate_hz`` in rule 1, so the rate a batch gets does not follow its utterances'
-durations.  Only the ``dynres`` sampler's plan carries the draws.
-
-Optional resolution curriculum (``curriculum_epochs = N > 0``): in epoch ``e``
-(1-based) ``T`` moves from the lowest common frame count (lowest rates) at
-``e = 1`` linearly to the rule above from ``e = N + 1`` on.  It never exceeds
-the rule's ``T``, so the sampler's frame budget holds in every epoch.
+Batch rule (:meth:`FrameRatePolicy.pick_frame_count`): ``T`` = round(mean standard count × target / standard rate),
+clipped into the members' common range; every member gets ``T`` (the rest is :mod:`espnet_dynres.core.batch_planner`'s).
+The target is ``target_frame_rate_hz`` (default: the standard rate) or, with ``target_frame_rate_range_hz``, drawn per
+training batch (:meth:`FrameRatePolicy.batch_target_rates_hz`).  Curriculum (``curriculum_epochs = N > 0``): in 1-based
+epoch ``e``, ``T`` moves linearly from the lowest common count (``e = 1``) to the rule's (``e >= N + 1``), never above
+it, so the frame budget holds in every epoch.
 """
 
 from __future__ import annotations
@@ -59,23 +27,13 @@ import torch
 
 
 def standard_frame_counts(num_samples, hop_length: int):
-    """``1 + L // hop_length``: the frames ESPnet's ``Stft(center=True)`` gives ``L`` samples.
-
-    The one implementation of the standard frame count (the policy, the sampler and the
-    batch audit call it).
-
-    Args:
-        num_samples: ``(N,)`` int samples per utterance (array-like).
-        hop_length: frame shift in samples.
-
-    Returns:
-        ``(N,)`` int64 frames (numpy).
-    """
+    """``1 + L // hop_length``: ESPnet's ``Stft(center=True)`` frames (the one implementation). ``(N,)`` int samples
+    (array-like), ``hop_length`` samples -> ``(N,)`` int64 frames (numpy)."""
     return 1 + np.asarray(num_samples, dtype=np.int64) // int(hop_length)
 
 
 def parse_fs(fs: Union[int, str]) -> int:
-    """Sampling rate in Hz from an int or an ESPnet-style string ("16k", "8000")."""
+    """Sampling rate in Hz from an int or an ESPnet-style string ("16k", "8000"); ValueError if not positive."""
     value = humanfriendly.parse_size(fs) if isinstance(fs, str) else fs
     if not isinstance(value, int) or value <= 0:
         raise ValueError(f"fs must be a positive sampling rate in Hz (e.g. 16000 or '16k'), got {fs!r}")
@@ -88,41 +46,21 @@ DEFAULT_CLAMP_RATIOS = {"min_frame_rate_hz": 0.7, "max_frame_rate_hz": 1.3, "fal
 
 @dataclass(frozen=True)
 class FrameRatePolicy:
-    """Frame counts and frame rates for dynamic-resolution batches.
+    """Frame counts and frame rates for dynamic-resolution batches (rules in the module docstring).
 
-    Args:
-        fs: sampling rate of the input waveform in Hz (e.g. 16000 or "16k"); no default: the
-            frontend's (:class:`~espnet_dynres.core.frontend_config.FrontendConfig`, the one defaults table).
-        hop_length: standard frame shift in samples (160 at 16 kHz = 100 Hz); no default, as ``fs``.
-        min_frame_rate_hz: lowest frame rate of the clamp (Hz); ``None``: 0.7 × the standard rate.
-        max_frame_rate_hz: highest frame rate an utterance may be given (Hz); ``None``: 1.3 × it.
-        fallback_frame_rate_hz: lowest rate a batch without a common frame count in the clamp
-            may be lowered to (:mod:`~espnet_dynres.core.batch_planner`) (Hz); ``None``: 0.5 × it.
-        curriculum_epochs: length of the optional low-rate-first schedule in
-            epochs (0 = off).
-        target_frame_rate_hz: mean frame rate the batch rule aims at (Hz);
-            ``None`` = the standard rate ``fs / hop_length`` (the batch's mean
-            standard frame count).  Must lie in ``[min_frame_rate_hz,
-            max_frame_rate_hz]``.
-        eval_frame_rate_hz: the fixed frame rate of every pass outside a
-            training step (validation, the BatchNorm re-estimate, decoding,
-            collect-stats) (Hz); ``None`` = the standard rate.  Must lie in
-            ``[min_frame_rate_hz, max_frame_rate_hz]``.
-        target_frame_rate_range_hz: ``(lo, hi)`` Hz: each training batch of the
-            sampler's plan aims at a target rate drawn uniformly from it
-            (:meth:`batch_target_rates_hz`) instead of ``target_frame_rate_hz``;
-            ``None`` = off.  Inside ``[min_frame_rate_hz, max_frame_rate_hz]``,
-            ``lo <= hi``, and not together with ``target_frame_rate_hz``.
+    Args (rates in Hz; ``None``: relative to the standard rate ``fs / hop_length``):
+        fs, hop_length: input sampling rate (16000 or "16k"), standard shift in samples; no defaults
+            (:class:`~espnet_dynres.core.frontend_config.FrontendConfig` has them).
+        min_frame_rate_hz, max_frame_rate_hz: the clamp (0.7 / 1.3 ×); fallback_frame_rate_hz: lowest rate a batch
+            without a common count in it may be lowered to (:mod:`~espnet_dynres.core.batch_planner`; 0.5 ×).
+        curriculum_epochs: epochs of the low-rate-first schedule (0: off); target_frame_rate_hz: the rule's target;
+            eval_frame_rate_hz: the rate outside a training step; target_frame_rate_range_hz: ``(lo, hi)``, a target
+            drawn per batch (:meth:`batch_target_rates_hz`).
 
     Raises:
-        ValueError: non-positive values, ``min_frame_rate_hz`` above the
-            standard rate, ``max_frame_rate_hz`` below it or above ``fs``,
-            ``fallback_frame_rate_hz`` above ``min_frame_rate_hz``, a negative
-            ``curriculum_epochs`` or a ``target_frame_rate_hz``,
-            ``eval_frame_rate_hz`` or ``target_frame_rate_range_hz`` outside the clamp
-            (or a range given with ``target_frame_rate_hz``); the message names the key to fix.
+        ValueError: a non-positive value, not ``min <= standard rate <= max <= fs`` or ``fallback <= min``, a negative
+            ``curriculum_epochs``, a rate or range outside the clamp, or a range with a target; naming the key to fix.
     """
-
     fs: int
     hop_length: int
     min_frame_rate_hz: Optional[float] = None
@@ -138,26 +76,20 @@ class FrameRatePolicy:
         if not isinstance(self.hop_length, int) or self.hop_length <= 0:
             raise ValueError(f"hop_length must be a positive number of samples, got {self.hop_length}")
         std = self.standard_frame_rate_hz
-        for key, ratio in DEFAULT_CLAMP_RATIOS.items():  # the clamp's defaults, relative to the standard rate
+        for key, ratio in DEFAULT_CLAMP_RATIOS.items():
             value = getattr(self, key)
             object.__setattr__(self, key, float(ratio * std if value is None else value))
         if not 0 < self.min_frame_rate_hz <= std <= self.max_frame_rate_hz:
-            raise ValueError(
-                "frame-rate clamp must satisfy 0 < min_frame_rate_hz <= standard rate <= "
+            raise ValueError("frame-rate clamp must satisfy 0 < min_frame_rate_hz <= standard rate <= "
                 f"max_frame_rate_hz; got min_frame_rate_hz={self.min_frame_rate_hz}, "
                 f"standard rate={std:g} Hz (fs={self.fs} / hop_length={self.hop_length}), "
-                f"max_frame_rate_hz={self.max_frame_rate_hz}. Fix frontend_conf."
-            )
+                f"max_frame_rate_hz={self.max_frame_rate_hz}. Fix frontend_conf.")
         if self.max_frame_rate_hz > self.fs:
-            raise ValueError(
-                f"max_frame_rate_hz={self.max_frame_rate_hz} exceeds fs={self.fs}: "
-                "a frame shift cannot be shorter than one sample."
-            )
+            raise ValueError(f"max_frame_rate_hz={self.max_frame_rate_hz} exceeds fs={self.fs}: "
+                             "a frame shift cannot be shorter than one sample.")
         if not 0 < self.fallback_frame_rate_hz <= self.min_frame_rate_hz:
-            raise ValueError(
-                f"fallback_frame_rate_hz={self.fallback_frame_rate_hz} must be in "
-                f"(0, min_frame_rate_hz={self.min_frame_rate_hz}]. Fix frontend_conf."
-            )
+            raise ValueError(f"fallback_frame_rate_hz={self.fallback_frame_rate_hz} must be in "
+                             f"(0, min_frame_rate_hz={self.min_frame_rate_hz}]. Fix frontend_conf.")
         if self.curriculum_epochs < 0:
             raise ValueError(f"curriculum_epochs must be >= 0, got {self.curriculum_epochs}")
         for key in ("target_frame_rate_hz", "eval_frame_rate_hz"):
@@ -165,8 +97,7 @@ class FrameRatePolicy:
             if value is not None and not self.min_frame_rate_hz <= value <= self.max_frame_rate_hz:
                 raise ValueError(
                     f"{key}={value} must lie in [min_frame_rate_hz={self.min_frame_rate_hz}, max_frame_rate_hz="
-                    f"{self.max_frame_rate_hz}] (or be null for the standard rate). Fix frontend_conf."
-                )
+                    f"{self.max_frame_rate_hz}] (or be null for the standard rate). Fix frontend_conf.")
         if self.target_frame_rate_range_hz is not None:
             rng = self.target_frame_rate_range_hz
             if isinstance(rng, (int, float, str)) or len(rng) != 2:
@@ -174,89 +105,50 @@ class FrameRatePolicy:
                                  "Fix frontend_conf.")
             lo, hi = float(rng[0]), float(rng[1])
             if not self.min_frame_rate_hz <= lo <= hi <= self.max_frame_rate_hz:
-                raise ValueError(
-                    f"target_frame_rate_range_hz=[{lo:g}, {hi:g}] must satisfy min_frame_rate_hz="
+                raise ValueError(f"target_frame_rate_range_hz=[{lo:g}, {hi:g}] must satisfy min_frame_rate_hz="
                     f"{self.min_frame_rate_hz:g} <= lo <= hi <= max_frame_rate_hz={self.max_frame_rate_hz:g}. "
-                    "Fix frontend_conf."
-                )
+                    "Fix frontend_conf.")
             if self.target_frame_rate_hz is not None:
                 raise ValueError(
                     f"target_frame_rate_hz={self.target_frame_rate_hz:g} and target_frame_rate_range_hz=[{lo:g}, "
-                    f"{hi:g}] both set the batches' target rate; keep one of them in frontend_conf."
-                )
+                    f"{hi:g}] both set the batches' target rate; keep one of them in frontend_conf.")
             object.__setattr__(self, "target_frame_rate_range_hz", (lo, hi))
 
     def batch_target_rates_hz(self, seed: int, epoch: int, num_batches: int):
-        """Target rates (Hz) of an epoch's training batches under ``target_frame_rate_range_hz``.
-
-        Batch ``k`` (in the order the sampler fills batches) aims at element ``k``, drawn
-        uniformly from the range by ``numpy.random.default_rng([seed, epoch, 2])``: the same
-        for the same ``(seed, epoch)``.
-
-        Args:
-            seed: ESPnet's ``--seed``.
-            epoch: 1-based epoch.
-            num_batches: how many draws (an upper bound on the epoch's batches).
-
-        Returns:
-            ``(num_batches,)`` float64 Hz (numpy), or ``None`` when no range is set.
-        """
+        """``(num_batches,)`` float64 Hz (numpy): targets of an epoch's training batches in fill order, uniform over
+        ``target_frame_rate_range_hz`` by ``numpy.random.default_rng([seed, epoch, 2])``; ``None`` without a range."""
         if self.target_frame_rate_range_hz is None:
             return None
         lo, hi = self.target_frame_rate_range_hz
         return np.random.default_rng([int(seed), int(epoch), 2]).uniform(lo, hi, size=int(num_batches))
 
-    # ------------------------------------------------------------------ rates
     @property
     def standard_frame_rate_hz(self) -> float:
         """The evaluation frame rate, ``fs / hop_length`` (Hz)."""
         return self.fs / self.hop_length
 
     def standard_frame_counts(self, num_samples):
-        """Frames ESPnet's DefaultFrontend gives each utterance (center=True): ``1 + L // hop_length``.
-
-        Args:
-            num_samples: ``(N,)`` int samples per utterance (array-like).
-
-        Returns:
-            ``(N,)`` int64 frames (numpy).
-        """
+        """:func:`standard_frame_counts` at ``hop_length``: ``(N,)`` int samples -> ``(N,)`` int64 frames (numpy)."""
         return standard_frame_counts(num_samples, self.hop_length)
 
     @property
     def eval_frame_shift_samples(self) -> float:
-        """The frame shift outside a training step: ``fs / eval_frame_rate_hz`` samples
-        (``hop_length`` when no evaluation rate is set)."""
+        """The frame shift outside a training step: ``fs / eval_frame_rate_hz`` samples (else ``hop_length``)."""
         if self.eval_frame_rate_hz is None:
             return float(self.hop_length)
         return self.fs / self.eval_frame_rate_hz
 
     def eval_frame_counts(self, num_samples):
-        """Frames outside a training step: ``1 + floor(L × eval_frame_rate_hz / fs)``, which is
-        :meth:`standard_frame_counts` when no evaluation rate is set (and ESPnet's ``Stft`` count
-        at ``hop_length = fs / eval_frame_rate_hz`` when that is a whole number of samples).
-
-        Args:
-            num_samples: ``(N,)`` int samples per utterance (array-like).
-
-        Returns:
-            ``(N,)`` int64 frames (numpy).
-        """
+        """Frames outside a training step, ``1 + floor(L × eval_frame_rate_hz / fs)`` (else
+        :meth:`standard_frame_counts`): ``(N,)`` int samples (array-like) -> ``(N,)`` int64 frames (numpy)."""
         if self.eval_frame_rate_hz is None:
             return self.standard_frame_counts(num_samples)
         n = np.asarray(num_samples, dtype=np.float64)
         return (1 + np.floor(n * float(self.eval_frame_rate_hz) / self.fs)).astype(np.int64)
 
     def frame_count_ranges(self, num_samples, min_rate_hz: Optional[float] = None):
-        """Frame-count ranges inside the clamp for a whole array at once (numpy; the one implementation).
-
-        Args:
-            num_samples: ``(N,)`` int samples per utterance (array-like).
-            min_rate_hz: the low end of the clamp (Hz); ``None``: ``min_frame_rate_hz``.
-
-        Returns:
-            ``(lo (N,) int64, hi (N,) int64)`` frames.
-        """
+        """Frame-count ranges in the clamp (the one implementation): ``(N,)`` int samples (array-like) -> ``(lo, hi)``,
+        ``(N,)`` int64 frames each (numpy); ``min_rate_hz``: the low end (Hz; ``None``: ``min_frame_rate_hz``)."""
         n = np.asarray(num_samples, dtype=np.int64)
         low_rate = self.min_frame_rate_hz if min_rate_hz is None else min_rate_hz
         lo = 1 + np.floor(n * low_rate / self.fs + 1e-9).astype(np.int64)
@@ -264,21 +156,8 @@ class FrameRatePolicy:
         return lo, hi
 
     def below_clamp(self, num_samples, num_frames):
-        """Which utterances are planned *below the clamp*: fewer frames than ``min_frame_rate_hz`` gives.
-
-        The one definition of ``below_clamp`` (the sampler's summary, the audit and the training
-        stat all call it): ``num_frames < lo`` with ``lo`` from :meth:`frame_count_ranges`, i.e.
-        a frame rate under ``min_frame_rate_hz`` (down to ``fallback_frame_rate_hz``), which the
-        sampler plans only for an utterance (or a forced batch) over ``batch_bins`` at the clamp's
-        lowest rate, or for a padded batch.
-
-        Args:
-            num_samples: ``(N,)`` int samples per utterance (array-like).
-            num_frames: ``(N,)`` int planned feature frames per utterance.
-
-        Returns:
-            ``(N,)`` bool (numpy).
-        """
+        """Which utterances are planned below the clamp (the one definition): ``num_frames`` < ``lo`` of
+        :meth:`frame_count_ranges`.  ``(N,)`` int samples and planned frames (array-like) -> ``(N,)`` bool (numpy)."""
         lo, _ = self.frame_count_ranges(num_samples)
         return np.asarray(num_frames, dtype=np.int64) < lo
 
@@ -286,53 +165,30 @@ class FrameRatePolicy:
         self, lo: int, hi: Optional[int], sum_standard_frames: int, batch_size: int, epoch: Optional[int] = None,
         target_hz: Optional[float] = None,
     ) -> Optional[int]:
-        """The batch rule from running totals (used by the sampler while it grows a batch).
-
-        Args:
-            lo, hi: intersection of the utterances' :meth:`frame_count_ranges`.
-            sum_standard_frames: sum of their standard frame counts.
-            batch_size: number of utterances.
-            epoch: 1-based epoch for the curriculum; ``None`` = no curriculum.
-            target_hz: this batch's drawn target rate (Hz, :meth:`batch_target_rates_hz`);
-                ``None``: ``target_frame_rate_hz`` (or the standard rate).
-
-        Returns:
-            ``round(sum_standard_frames × target / standard rate / batch_size)`` clipped to
-            ``[lo, hi]`` (moved toward ``lo`` during the curriculum), or ``None``
-            when ``lo > hi``.
-        """
+        """The batch rule from running totals: ``round(sum_standard_frames × target / standard rate / batch_size)``
+        clipped to ``[lo, hi]`` (the members' :meth:`frame_count_ranges` intersection; toward ``lo`` in the curriculum
+        of 1-based ``epoch``), ``None`` if ``lo > hi``; ``target_hz``: drawn target (Hz; ``None``: the policy's)."""
         if hi is None or lo > hi:
             return None
         if target_hz is None:
             target_hz = self.target_frame_rate_hz
         if target_hz is None:
             mean = sum_standard_frames / batch_size
-        else:  # mean x target / (fs / hop), one division so that exact halves round as written
+        else:  # one division, so that exact halves round as written
             mean = sum_standard_frames * target_hz * self.hop_length / (self.fs * batch_size)
         target = int(math.floor(mean + 0.5))
-        t = lo if target < lo else (hi if target > hi else target)  # clip (the sampler calls this per utterance)
+        t = lo if target < lo else (hi if target > hi else target)  # clip (runs per utterance)
         if epoch is not None and self.curriculum_epochs > 0 and epoch <= self.curriculum_epochs:
             progress = (max(epoch, 1) - 1) / self.curriculum_epochs  # 0 at epoch 1
             t = lo + int(math.floor((t - lo) * progress))
         return t
 
-    def frame_shifts_samples(
-        self, num_samples: torch.Tensor, num_frames: torch.Tensor, fs_hz: Optional[torch.Tensor] = None
-    ) -> torch.Tensor:
-        """Frame shifts for a whole batch, in float64 tensor ops (the one implementation; used by
-        the ``dynres`` frontend): the shift closest to
-        ``hop_length`` inside ``(L / T, L / (T - 1)] ∩ [fs / max_rate, fs /
-        fallback_rate]`` (the frame count wins when that is empty), nudged by
-        one ulp where rounding would miss ``T``.
-
-        Args:
-            num_samples: ``(B,)`` int64 samples per utterance.
-            num_frames: ``(B,)`` int64 frames wanted per utterance (>= 1).
-            fs_hz: ``(B,)`` sampling rate (Hz) of each signal being framed
-                (e.g. after resampling); default ``fs`` for all.
-
-        Returns:
-            ``(B,)`` float64 frame shifts in samples, on ``num_samples``' device.
+    def frame_shifts_samples(self, num_samples: torch.Tensor, num_frames: torch.Tensor,
+                             fs_hz: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Frame shifts for a batch in float64 tensor ops (the one implementation): the shift closest to ``hop_length``
+        in ``(L / T, L / (T - 1)] ∩ [fs / max_rate, fs / fallback_rate]`` (``T`` wins if it is empty), nudged by one
+        ulp where rounding would miss ``T``.  ``num_samples``, ``num_frames`` (>= 1): ``(B,)`` int64; ``fs_hz``:
+        ``(B,)`` Hz per signal (``None``: ``fs``) -> ``(B,)`` float64 shifts in samples, on ``num_samples``' device.
 
         Raises:
             ValueError: a frame count below 1.

@@ -1,10 +1,5 @@
-"""``frontend: dynres``'s settings as a value: its options, checked, and its frame-rate policy.
-
-:class:`FrontendConfig` is built from a ``frontend_conf`` mapping without building the frontend
-module (no filterbank, no STFT): the sampler, the data checks, the audit and the converter read the
-policy and the sampling rate from it, and :class:`~espnet_dynres.asr.frontend.dynres.DynResFrontend`
-builds its modules from it.  Every default is written here once.
-"""
+"""``frontend: dynres``'s settings as a value (options, checked, and frame-rate policy) built from ``frontend_conf``
+without the frontend module, for the sampler, checks, audit, converter and frontend.  Every default is here once."""
 
 from __future__ import annotations
 
@@ -16,8 +11,7 @@ from espnet_dynres.core.frame_rate_policy import FrameRatePolicy, parse_fs
 
 METHODS = ("hop", "resample")
 FILTERBANKS = ("original", "resampled")
-# DefaultFrontend's options that a config carried over from ``frontend: default`` may set, with the
-# one value the dynres frontend computes with, and why no other value can apply.
+# DefaultFrontend options a ``frontend: default`` config may carry: the one value dynres computes with, and why.
 DEFAULT_FRONTEND_FIXED = {
     "center": (True, "the dynres frontend frames with centred windows (1 + T_samples // hop_length frames, as "
                      "DefaultFrontend's default), which its frame-count rule depends on"),
@@ -26,29 +20,22 @@ DEFAULT_FRONTEND_FIXED = {
     "apply_stft": (True, "the dynres frontend computes its features from raw audio; for extracted features use "
                          "frontend: null with input_size"),
 }
-# frontend_conf: DefaultFrontend's WPE / beamformer front-end for multi-channel input; only "both off" is accepted.
-MULTICHANNEL_SWITCHES = ("use_wpe", "use_beamformer")
+MULTICHANNEL_SWITCHES = ("use_wpe", "use_beamformer")  # frontend_conf's multi-channel front-end: must be off
 
 
 @dataclass(frozen=True)
 class FrontendConfig:
     """The dynres frontend's options (``frontend_conf`` keys; docs/options.md, docs/frontend.md).
 
-    DefaultFrontend's parameters (``fs``, ``n_fft``, ``win_length``, ``hop_length``, ``window``,
-    ``n_mels``, ``fmin``, ``fmax``, ``htk``) mean the same and have the same defaults (hop 128 =
-    125 Hz at 16 kHz; the recipe sets ``win_length: 400, hop_length: 160``, 100 Hz).  The rate keys
-    configure the :class:`FrameRatePolicy` (:attr:`policy`); ``method``, ``resample_filterbank``
-    and ``resample_grid_hz`` (``None``: ``fs / 40``) how a training step's rates are computed.
-    ``center``, ``normalized``, ``onesided``, ``apply_stft`` and ``frontend_conf`` are
-    DefaultFrontend's, accepted where they change nothing (:data:`DEFAULT_FRONTEND_FIXED`).
+    DefaultFrontend's ``fs``, ``n_fft``, ``win_length``, ``hop_length``, ``window``, ``n_mels``, ``fmin``, ``fmax``,
+    ``htk`` mean the same, with the same defaults (hop 128 = 125 Hz at 16 kHz); the rate keys configure :attr:`policy`;
+    ``method``, ``resample_filterbank``, ``resample_grid_hz`` (``None``: ``fs / 40``) how training rates are computed;
+    ``center``, ``normalized``, ``onesided``, ``apply_stft``, ``frontend_conf``: :data:`DEFAULT_FRONTEND_FIXED`.
 
     Raises:
-        ValueError: a DefaultFrontend option it cannot honour, an odd ``n_fft``, ``win_length``
-            outside ``1..n_fft``, an unknown ``method`` or ``resample_filterbank``, a non-positive
-            ``resample_grid_hz``, or an invalid rate clamp (:class:`FrameRatePolicy`); each message
-            names the key and the fix.
+        ValueError: an unsupported DefaultFrontend option, odd ``n_fft``, ``win_length`` outside ``1..n_fft``, unknown
+            ``method``/``resample_filterbank``, ``resample_grid_hz <= 0``, an invalid clamp (:class:`FrameRatePolicy`).
     """
-
     fs: Union[int, str] = 16000
     n_fft: int = 512
     win_length: Optional[int] = None
@@ -79,16 +66,14 @@ class FrontendConfig:
             if getattr(self, key) is not fixed:
                 raise ValueError(
                     f"frontend_conf {key}: {getattr(self, key)} is not supported by frontend: dynres: {why}. "
-                    f"Remove {key} from frontend_conf (or set it to {str(fixed).lower()})."
-                )
+                    f"Remove {key} from frontend_conf (or set it to {str(fixed).lower()}).")
         on = [k for k in MULTICHANNEL_SWITCHES if (self.frontend_conf or {}).get(k)]
         if on:
             raise ValueError(
                 f"frontend_conf frontend_conf: {', '.join(f'{k}: true' for k in on)} (DefaultFrontend's WPE / "
                 "beamformer for multi-channel input) is not supported by frontend: dynres, which takes mono audio "
                 "and plans one frame rate per utterance. Remove frontend_conf from frontend_conf, or enhance / "
-                "down-mix the audio when preparing the data."
-            )
+                "down-mix the audio when preparing the data.")
         fs = parse_fs(self.fs)
         object.__setattr__(self, "fs", fs)
         win_length = self.n_fft if self.win_length is None else self.win_length
@@ -122,7 +107,7 @@ class FrontendConfig:
         """The config of a ``frontend_conf`` mapping (``None``: every default).
 
         Raises:
-            TypeError: a key the dynres frontend does not know (as the frontend's own constructor).
+            TypeError: a key the dynres frontend does not know (as its own constructor), naming the closest key.
         """
         conf = dict(frontend_conf or {})
         known = {f.name for f in fields(cls)} - {"policy"}

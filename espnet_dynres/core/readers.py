@@ -1,5 +1,5 @@
-"""Readers of the Kaldi-style files a run is planned from: ``key value`` tables (``wav.scp``,
-``text``) and ESPnet's shape files, each error naming the file, the line and the fix."""
+"""Readers of Kaldi-style ``key value`` tables (``wav.scp``, ``text``) and ESPnet shape files, each error naming the
+file, the line and the fix."""
 
 from __future__ import annotations
 
@@ -11,18 +11,15 @@ import numpy as np
 
 def blank_line_message(path: Union[str, Path], line_no: int) -> str:
     """The error for a blank line in a Kaldi-style file (ESPnet's readers stop on it without naming it)."""
-    return (
-        f"{path}:{line_no}: blank line. ESPnet's data loaders stop on it with 'not enough values to unpack' "
-        f"(no file or line named); delete it, e.g. sed -i '/^[[:space:]]*$/d' {path}"
-    )
+    return (f"{path}:{line_no}: blank line. ESPnet's data loaders stop on it with 'not enough values to unpack' "
+            f"(no file or line named); delete it, e.g. sed -i '/^[[:space:]]*$/d' {path}")
 
 
 def read_keyed_file(path: Union[str, Path]) -> Dict[str, str]:
     """A Kaldi-style ``key value`` file as a dict (value ``""`` for a key alone on its line).
 
     Raises:
-        ValueError: a blank line or a key that appears twice (named with the
-            file and line number).
+        ValueError: a blank line or a repeated key (naming the file and line).
     """
     table: Dict[str, str] = {}
     with open(path, encoding="utf-8") as f:
@@ -37,15 +34,11 @@ def read_keyed_file(path: Union[str, Path]) -> Dict[str, str]:
 
 
 def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
-    """Samples per utterance from the first ESPnet shape file (``utt_id N[,C]``).
-
-    All shape files must list the same utterances.
+    """Samples per utterance (``{utt_id: N}``) from the first of ``shape_files``, which must all list the same keys.
 
     Raises:
-        ValueError: a blank or malformed line, a repeated key or an empty file in any
-            shape file (:func:`read_shape_file`, the one shape-file reader).
-        RuntimeError: keys differing between shape files (the message names up
-            to 5 keys missing from each side).
+        ValueError: a blank or malformed line, a repeated key or an empty file (:func:`read_shape_file`).
+        RuntimeError: no shape file, or keys differing between shape files (naming up to 5 missing on each side).
     """
     if len(shape_files) == 0:
         raise RuntimeError("batch_type dynres needs at least one shape file (speech_shape)")
@@ -56,23 +49,16 @@ def read_speech_lengths(shape_files: Sequence[str]) -> Dict[str, int]:
         if set(d) != set(first):
             missing = sorted(set(first) - set(d))[:5]
             extra = sorted(set(d) - set(first))[:5]
-            raise RuntimeError(
-                f"shape files disagree: {path} lacks {missing} and has extra {extra} "
-                f"compared with {shape_files[0]}; re-run collect-stats (stage 10) for this data dir."
-            )
+            raise RuntimeError(f"shape files disagree: {path} lacks {missing} and has extra {extra} "
+                               f"compared with {shape_files[0]}; re-run collect-stats (stage 10) for this data dir.")
     return first
 
 
 def read_shape_file(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
-    """Keys and first fields of an ESPnet shape file (``utt_id N[,D...]`` per line), in one pass.
-
-    Returns:
-        ``(keys, lengths)``: utterance ids in file order and ``lengths (N,)`` int64
-        (samples for ``speech_shape``, tokens for ``text_shape``).
+    """``(keys, lengths)`` of an ESPnet shape file (``utt_id N[,D...]``) in one pass: ids, ``(N,)`` int64 first fields.
 
     Raises:
-        ValueError: a blank or malformed line or a repeated key (naming the file
-            and line), or an empty file.
+        ValueError: a blank or malformed line or a repeated key (naming the file and line), or an empty file.
     """
     keys: List[str] = []
     values: List[int] = []

@@ -12,23 +12,12 @@ from espnet_dynres.glue.data_checks import check_audio_file
 class CheckedDataset(torch.utils.data.Dataset):
     """Wraps ESPnet's dataset: every loaded utterance must be what the sampler planned with.
 
-    The plan comes from the shape file (``speech_shape``: samples, channels), so audio re-cut,
-    re-sampled or re-mixed after collect-stats would be computed at rates the plan did not choose
-    (or fail later with a message that names neither file nor cause).  Checked per item, as the
-    audio is loaded anyway (no extra reading): the sample count and channel count against the
-    shape file, and ESPnet's "Sampling rates are mismatched" error re-raised with the utterance,
-    its file, its rate and the fix.
-
     Args:
-        dataset: ESPnet's ``ESPnetDataset``.
-        utt2samples: samples per utterance from the shape file (the sampler's); the shape file is
-            mono (``frontend: dynres`` refuses others before training), so one channel is expected.
-        shape_file: the shape file's path (named in the message).
-        fs_hz: the frontend's sampling rate.
+        dataset, shape_file, fs_hz: ESPnet's ``ESPnetDataset``; the shape file's path; the frontend's rate.
+        utt2samples: samples per utterance from the shape file (the sampler's); one channel is expected.
 
     Raises (from ``__getitem__``):
-        ValueError: a length or channel count other than the shape file's (stale shape file:
-            rerun collect-stats), or a sampling rate other than ``fs_hz`` (named, with the fix).
+        ValueError: samples/channels other than the shape file's (rerun collect-stats), or a rate other than ``fs_hz``.
     """
 
     def __init__(self, dataset, utt2samples: Dict[str, int], shape_file: str, fs_hz: int):
@@ -36,7 +25,7 @@ class CheckedDataset(torch.utils.data.Dataset):
         self.utt2samples = utt2samples
         self.shape_file = shape_file
         self.fs_hz = fs_hz
-        self._first_uid: Optional[str] = None  # ESPnet checks every file's rate against the first one it read
+        self._first_uid: Optional[str] = None  # ESPnet checks every file's rate against the first one
 
     def _audio_path(self, uid: str) -> Optional[str]:
         loader = getattr(self.dataset, "loader_dict", {}).get("speech")
@@ -56,8 +45,7 @@ class CheckedDataset(torch.utils.data.Dataset):
             raise ValueError(
                 f"utterance {uid} ({path}): {e} (ESPnet compares each file with the first one it read; the model "
                 f"expects {self.fs_hz} Hz). Resample the data to one rate (recipe stage 3, --fs) and rerun "
-                "collect-stats."
-            ) from e
+                "collect-stats.") from e
         if self._first_uid is None:
             self._first_uid = uid
         speech = data.get("speech")
@@ -71,8 +59,7 @@ class CheckedDataset(torch.utils.data.Dataset):
                     f"channel(s), but the shape file {self.shape_file} says {want_samples} x {want_channels}: the "
                     "audio changed after collect-stats (re-cut, re-sampled or re-mixed), so batches were planned "
                     "for other lengths. Rerun collect-stats (asr.sh stage 10 / --collect_stats true) for this "
-                    "data, then train again."
-                )
+                    "data, then train again.")
         return uid, data
 
     def __len__(self) -> int:

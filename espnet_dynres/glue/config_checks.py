@@ -1,22 +1,6 @@
 """Checks of settings (YAML keys and their combinations), each failing with a message that names the key and the fix.
 
-===========================================  ==========================================  ================
-problem                                      function                                    called from
-===========================================  ==========================================  ================
-typos in ``*_conf``                          :func:`check_task_conf_keys`                model build
-                                                                                         (:func:`with_conf_key_check`)
-options the chosen sampler/model ignores     :func:`check_sampler_arguments`             model and iterator build
-dynres switches with ``model: espnet``       :func:`check_model`                         (:func:`check_sampler_arguments`)
-dynres switches with extracted features      :func:`check_raw_audio_switches`            (:func:`check_sampler_arguments`)
-dynres sampler without the dynres frontend   :func:`check_frontend_pairing`              (:func:`check_sampler_arguments`)
-``specaug: specaug`` in frames beside it     :func:`check_frontend_pairing`              (warning)
-``feats_stats.npz`` of another size          ``asr.token_normalized_model``              ``model: token_normalized``
-``grad_clip`` for the per-token loss         :func:`check_token_normalized_grad_clip`    model build (warning)
-===========================================  ==========================================  ================
-
-Every check raises ``ValueError`` except :func:`check_conf_keys`, which raises ``TypeError`` as
-Python does for an unexpected keyword argument.
-"""
+Every check raises ``ValueError`` except :func:`check_conf_keys` (``TypeError``, as for an unexpected keyword)."""
 
 from __future__ import annotations
 
@@ -31,6 +15,7 @@ from typing import Callable, Iterable, Mapping, Optional, Set
 from espnet_dynres.asr.dynres_model import DynResASRModel
 from espnet_dynres.glue.plugin_switches import dynres_switches, plugin_switches_on
 from espnet_dynres.glue.task_arguments import SAMPLER_ARGUMENTS
+
 
 def closest_key(key: str, valid: Iterable[str]) -> Optional[str]:
     """The valid key most similar to ``key`` (``difflib``), or ``None`` if none is close."""
@@ -52,21 +37,17 @@ def accepted_keywords(cls: type) -> Optional[Set[str]]:
 
 
 # Keys of earlier plugin versions: what replaced them, for the error message.
-REPLACED_KEYS = {
-    "batchnorm_restat_utts": (
-        "batchnorm_restat_batches", "the re-estimate's sample is a budget in evaluation batches (its total standard "
-        "frames or input elements at most that many times valid_batch_bins, else batch_bins), no longer a count of "
-        "utterances; 0 still turns it off"),
-}
+REPLACED_KEYS = {"batchnorm_restat_utts": (
+    "batchnorm_restat_batches", "the re-estimate's sample is a budget in evaluation batches (its total standard "
+    "frames or input elements at most that many times valid_batch_bins, else batch_bins), no longer a count of "
+    "utterances; 0 still turns it off")}
 
 
 def check_conf_keys(conf: Optional[Mapping], cls: type, conf_name: str) -> None:
-    """Every key of ``conf`` is an argument of ``cls``; a typo gets the closest valid key, a key of an
-    earlier plugin version (:data:`REPLACED_KEYS`) the key that replaced it.
+    """Every key of ``conf`` is an argument of ``cls``.
 
     Raises:
-        TypeError: ``<conf_name>`` has an unknown key; the message suggests the
-            closest valid key and lists the valid ones.
+        TypeError: an unknown key, with the closest valid key (or its :data:`REPLACED_KEYS` entry) and the valid ones.
     """
     valid = accepted_keywords(cls)
     if not conf or valid is None:
@@ -78,22 +59,12 @@ def check_conf_keys(conf: Optional[Mapping], cls: type, conf_name: str) -> None:
         if key not in valid:
             guess = closest_key(key, valid)
             hint = f"did you mean {guess!r}? " if guess else ""
-            raise TypeError(
-                f"{conf_name} has an unknown key {key!r} for {cls.__name__}; {hint}"
-                f"valid keys: {', '.join(sorted(valid))}."
-            )
+            raise TypeError(f"{conf_name} has an unknown key {key!r} for {cls.__name__}; {hint}"
+                            f"valid keys: {', '.join(sorted(valid))}.")
 
 
 def check_task_conf_keys(task: type, args: argparse.Namespace) -> None:
-    """:func:`check_conf_keys` for every ``--<name>`` / ``--<name>_conf`` pair of an ESPnet task.
-
-    E.g. ``frontend_conf`` against the chosen frontend class, ``model_conf``
-    against the model class (``ESPnetASRModel``'s arguments for
-    ``model: token_normalized``).
-
-    Raises:
-        TypeError: the first unknown key (see :func:`check_conf_keys`).
-    """
+    """:func:`check_conf_keys` (raising its ``TypeError``) for every ``--<name>`` / ``--<name>_conf`` pair of a task."""
     for choices in task.class_choices_list:
         chosen = getattr(args, choices.name, None)
         if chosen is None:
@@ -104,10 +75,7 @@ def check_task_conf_keys(task: type, args: argparse.Namespace) -> None:
 
 
 def with_conf_key_check(build_model: Callable) -> Callable:
-    """Wrap a task's ``build_model(cls, args)`` so that, when a plugin switch is on
-    (:func:`plugin_switches_on`), conf typos fail first, with a suggestion, and ``grad_clip``
-    is checked against ``model: token_normalized``; a stock configuration goes straight
-    to ESPnet's method."""
+    """Wrap ``build_model(cls, args)``: with a plugin switch on, the conf-key and grad_clip checks run first."""
 
     @functools.wraps(build_model)
     def checked(cls, args: argparse.Namespace):
@@ -128,32 +96,17 @@ class GradClipWarning(UserWarning):
 
 
 def check_token_normalized_grad_clip(args: argparse.Namespace) -> bool:
-    """Warn when ``model: token_normalized`` trains with ``grad_clip`` above 1 or without clipping.
-
-    Why: the per-token loss is ESPnet's loss times ``B / N`` (utterances / target tokens), so
-    its gradient norm is about ``N / B`` times smaller than ESPnet's; a ``grad_clip`` chosen for
-    ESPnet's loss then clips only the first, largest steps, and Adam's second moment keeps their
-    scale, which shrinks the later updates.  With ``grad_clip`` at or below
-    :data:`TOKEN_NORMALIZED_MAX_GRAD_CLIP` every step is clipped to about the same norm, as
-    ESPnet's steps are.  The measurements behind the rule: ``docs/loss_normalization.md``.
-
-    Returns:
-        True if a warning was issued (``GradClipWarning`` and a log line naming
-        the fix); False otherwise (another model, collect-stats, or
-        ``0 < grad_clip <= 1``).
-    """
+    """Warn (``GradClipWarning``) if ``model: token_normalized`` has ``grad_clip`` > 1 or off (fix: 1); returns it."""
     if getattr(args, "model", None) != "token_normalized" or getattr(args, "collect_stats", False):
         return False
     grad_clip = float(getattr(args, "grad_clip", 5.0))
     if 0 < grad_clip <= TOKEN_NORMALIZED_MAX_GRAD_CLIP:
         return False
     setting = "off" if grad_clip <= 0 else f"{grad_clip:g}"
-    message = (
-        f"model: token_normalized with grad_clip {setting}: the per-token loss's gradient norm is about 1 "
-        "(ESPnet's per-utterance loss: 5-100), so clipping at this level acts only on the first steps and "
-        "Adam then takes several-fold smaller steps (docs/loss_normalization.md). "
-        f"Set grad_clip: {TOKEN_NORMALIZED_MAX_GRAD_CLIP:g} (or lower)."
-    )
+    message = (f"model: token_normalized with grad_clip {setting}: the per-token loss's gradient norm is about 1 "
+               "(ESPnet's per-utterance loss: 5-100), so clipping at this level acts only on the first steps and "
+               "Adam then takes several-fold smaller steps (docs/loss_normalization.md). "
+               f"Set grad_clip: {TOKEN_NORMALIZED_MAX_GRAD_CLIP:g} (or lower).")
     logging.warning(message)
     warnings.warn(message, GradClipWarning, stacklevel=2)
     return True
@@ -163,45 +116,36 @@ def check_sampler_arguments(args: argparse.Namespace) -> None:
     """Refuse options that the chosen iterator or model would silently ignore.
 
     Raises:
-        ValueError: a :data:`SAMPLER_ARGUMENTS` option set without ``batch_type``
-            or ``valid_batch_type`` ``dynres``; ``batch_type: dynres`` with an
-            ``iterator_type`` other than ``sequence`` (only ESPnet's sequence
-            iterator uses a batch sampler); ``batch_type``, ``frontend`` or
-            ``specaug`` ``dynres`` with a model that does not pass the plan and
-            the frame rates (:func:`check_model`); ``frontend_conf.curriculum_epochs`` or
-            ``frontend_conf.target_frame_rate_range_hz`` without ``batch_type: dynres`` (both are
-            part of the sampler's plan).
+        ValueError: a :data:`SAMPLER_ARGUMENTS` option, ``curriculum_epochs`` or ``target_frame_rate_range_hz``
+            without ``batch_type: dynres``, or that with an ``iterator_type`` other than ``sequence``; and the
+            errors of :func:`check_model`, :func:`check_raw_audio_switches`, :func:`check_frontend_pairing`.
     """
     dynres = "dynres" in (getattr(args, "batch_type", None), getattr(args, "valid_batch_type", None))
     for name in SAMPLER_ARGUMENTS:
         if getattr(args, name, None) is not None and not dynres:
-            raise ValueError(
-                f"{name}: {getattr(args, name)} applies to batch_type dynres only, but batch_type is "
-                f"{getattr(args, 'batch_type', None)!r}; remove {name} or set batch_type: dynres."
-            )
+            raise ValueError(f"{name}: {getattr(args, name)} applies to batch_type dynres only, but batch_type is "
+                             f"{getattr(args, 'batch_type', None)!r}; remove {name} or set batch_type: dynres.")
     for key in ("iterator_type", "valid_iterator_type"):
         kind = getattr(args, key, None)
         if dynres and kind not in (None, "sequence"):
             raise ValueError(
                 f"batch_type dynres needs {key}: sequence (ESPnet's {kind!r} iterator does not use a batch "
-                f"sampler, so the dynres plan would be ignored); got {key}: {kind}."
-            )
+                f"sampler, so the dynres plan would be ignored); got {key}: {kind}.")
     check_model(args)
     check_raw_audio_switches(args)
     curriculum = (getattr(args, "frontend_conf", None) or {}).get("curriculum_epochs", 0) or 0
     if getattr(args, "frontend", None) == "dynres" and curriculum > 0 and getattr(args, "batch_type", None) != "dynres":
         raise ValueError(
             f"frontend_conf curriculum_epochs: {curriculum} is applied by the dynres sampler's plan, but batch_type "
-            f"is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove curriculum_epochs."
-        )
+            f"is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove curriculum_epochs.")
     check_frontend_pairing(args)
     drawn = (getattr(args, "frontend_conf", None) or {}).get("target_frame_rate_range_hz")
-    if getattr(args, "frontend", None) == "dynres" and drawn is not None and getattr(args, "batch_type", None) != "dynres":
+    if getattr(args, "frontend", None) == "dynres" and drawn is not None \
+            and getattr(args, "batch_type", None) != "dynres":
         raise ValueError(
             f"frontend_conf target_frame_rate_range_hz: {drawn} is drawn per batch by the dynres sampler's plan, but "
             f"batch_type is {getattr(args, 'batch_type', None)!r}; set batch_type: dynres or remove "
-            "target_frame_rate_range_hz."
-        )
+            "target_frame_rate_range_hz.")
 
 
 class SpecAugFrameRateWarning(UserWarning):
@@ -212,16 +156,10 @@ def check_frontend_pairing(args: argparse.Namespace) -> None:
     """The dynres sampler's plan needs the dynres frontend; the dynres frontend wants ``specaug: dynres``.
 
     Raises:
-        ValueError: ``batch_type`` or ``valid_batch_type`` ``dynres`` with a frontend other than
-            ``dynres`` on raw audio (its plan of frame rates would be computed by nothing; the
-            frontend's ``frontend_conf`` would also refuse the rate keys as unknown).
+        ValueError: ``batch_type`` or ``valid_batch_type`` ``dynres`` with another frontend on raw audio (with fix).
 
     Warns:
-        SpecAugFrameRateWarning: ``frontend: dynres`` with ESPnet's ``specaug: specaug`` and a time warp
-            (ESPnet's default) or ``time_mask_width_range`` (frames): counted in frames, at each
-            utterance's own frame rate they cover other durations (``specaug: dynres`` keeps them
-            in seconds; masks given by ``time_mask_width_ratio_range`` are fractions of the
-            utterance, the same at any rate).
+        SpecAugFrameRateWarning: ``specaug: specaug`` warps or masks in frames (fix: ``specaug: dynres``).
     """
     frontend = getattr(args, "frontend", None)
     if getattr(args, "input_size", None) is not None:
@@ -231,8 +169,7 @@ def check_frontend_pairing(args: argparse.Namespace) -> None:
             raise ValueError(
                 f"{key}: dynres plans a frame rate for every utterance, which only frontend: dynres computes; "
                 f"got frontend: {frontend}. Set frontend: dynres (it takes DefaultFrontend's frontend_conf keys, "
-                "which mean the same), or use ESPnet's batch_type: numel."
-            )
+                "which mean the same), or use ESPnet's batch_type: numel.")
     conf = getattr(args, "specaug_conf", None) or {}
     in_frames = [k for k in ("apply_time_warp", "time_mask_width_range")
                  if (conf.get(k, True) if k == "apply_time_warp" else conf.get(k) is not None)]
@@ -241,23 +178,14 @@ def check_frontend_pairing(args: argparse.Namespace) -> None:
             "frontend: dynres gives utterances different frame rates, but specaug: specaug counts "
             f"{' and '.join(in_frames)} in frames (ESPnet's apply_time_warp defaults to true), so they cover "
             "different durations at each rate; set specaug: dynres (the same specaug_conf keys, masks and warps "
-            "kept in seconds).",
-            SpecAugFrameRateWarning,
-            stacklevel=2,
-        )
+            "kept in seconds).", SpecAugFrameRateWarning, stacklevel=2)
 
 
 def check_raw_audio_switches(args: argparse.Namespace) -> None:
-    """``batch_type: dynres`` and ``frontend: dynres`` need raw audio: refuse extracted features.
-
-    With ``input_size`` set (``asr.sh --feats_type extracted`` or ``fbank_pitch`` passes it),
-    ESPnet builds no frontend and feeds the features ``(B, T_frames, D)`` straight to the
-    encoder, silently dropping ``frontend: dynres``; a dynres plan of frame rates then has
-    nothing to act on.
+    """``batch_type: dynres`` and ``frontend: dynres`` need raw audio: refuse extracted features (``input_size`` set).
 
     Raises:
-        ValueError: naming the switch, ``input_size`` and the two fixes (raw audio, or
-            ``batch_type: numel`` with ``model: token_normalized``, which works on features).
+        ValueError: naming the switch, ``input_size`` and the fixes (raw audio, or ``batch_type: numel``).
     """
     input_size = getattr(args, "input_size", None)
     if input_size is None:
@@ -269,17 +197,11 @@ def check_raw_audio_switches(args: argparse.Namespace) -> None:
             f"input_size: {input_size} means extracted features (asr.sh --feats_type extracted/fbank_pitch), for "
             "which ESPnet builds no frontend. Train on raw audio (asr.sh --feats_type raw) with the dynres "
             "switches, or keep the features and use batch_type: numel and frontend: null (model: "
-            "token_normalized and its BatchNorm re-estimate work on features)."
-        )
+            "token_normalized and its BatchNorm re-estimate work on features).")
 
 
 def check_model(args: argparse.Namespace) -> None:
-    """The dynres switches need a model that passes the plan and the rates as arguments.
-
-    ``batch_type: dynres``, ``frontend: dynres`` and ``specaug: dynres`` need
-    ``model: dynres`` (ESPnet's loss) or ``model: token_normalized`` (per-token
-    loss), i.e. a :class:`DynResASRModel`: with ESPnet's ``model: espnet`` the
-    frontend would never see the sampler's plan and SpecAugment never the rates.
+    """``batch_type``, ``frontend`` or ``specaug`` ``dynres`` need a :class:`DynResASRModel` (it passes plan and rates).
 
     Raises:
         ValueError: naming the switches and the two models to choose from.
@@ -289,11 +211,9 @@ def check_model(args: argparse.Namespace) -> None:
     if not switches or name is None:
         return
     from espnet2.tasks import asr as espnet_asr  # noqa: PLC0415 (ESPnet's task imports every model)
-
     model_class = espnet_asr.model_choices.classes.get(name.lower())  # ESPnet's choices are case-insensitive
     if model_class is None or not issubclass(model_class, DynResASRModel):
         raise ValueError(
             f"{', '.join(switches)} needs model: dynres (ESPnet's loss) or model: token_normalized (per-token "
             f"loss), which pass the sampler's plan to the frontend and the frame rates to SpecAugment; got "
-            f"model: {name}."
-        )
+            f"model: {name}.")

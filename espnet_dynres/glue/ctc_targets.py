@@ -10,26 +10,12 @@ from espnet_dynres.core.readers import read_keyed_file
 
 
 def training_min_frames(task, args, text_path) -> Optional[Dict[str, int]]:
-    """Fewest feature frames per utterance for CTC to stay possible, as training plans them.
+    """``{utt_id: fewest feature frames for CTC}`` as training plans them; ``None`` without CTC or preprocessor.
 
-    The one computation of the CTC minimum: training's iterator builder and the batch audit
-    both call it.  For each line ``utt_id transcript`` of ``text_path``:
-    ``min_feature_frames(U + R, encoder_conf.input_layer)``, with the token ids ``U`` (and
-    adjacent repeats ``R``) that ESPnet's own preprocessor gives the model
-    (``task.build_preprocess_fn(args, train=False)``: cleaner, tokenizer, token list).
-
-    Args:
-        task: ESPnet's task class (``ASRTask``).
-        args: the task's parsed arguments (``model_conf``, ``encoder_conf``, the token options).
-        text_path: Kaldi-style transcripts, ``utt_id text`` per line.
-
-    Returns:
-        ``{utt_id: feature frames}``, or ``None`` when the model has no CTC branch
-        (``model_conf.ctc_weight: 0``) or no preprocessor (``use_preprocessor: false``).
+    ``min_feature_frames(U + R, input_layer)`` per line of ``text_path`` (``task``'s tokens ``U``, repeats ``R``).
 
     Raises:
-        ValueError: a blank line or a repeated utterance in ``text_path``
-            (:func:`espnet_dynres.core.readers.read_keyed_file`).
+        ValueError: a blank line or a repeated utterance in ``text_path``.
     """
     if float((args.model_conf or {}).get("ctc_weight", 0.5)) == 0.0:
         return None
@@ -44,22 +30,19 @@ def training_min_frames(task, args, text_path) -> Optional[Dict[str, int]]:
     return need
 
 
-def config_min_frames(conf: Mapping, text: Optional[str] = None, **token_options) -> Tuple[Optional[Dict[str, int]], str]:
-    """:func:`training_min_frames` for a training config outside training (the batch audit, the
-    converter), and a line saying what was applied.
+def config_min_frames(conf: Mapping, text: Optional[str] = None,
+                      **token_options) -> Tuple[Optional[Dict[str, int]], str]:
+    """:func:`training_min_frames` for a training config outside training, and a line saying what was applied.
 
-    ESPnet's ASR defaults, then ``conf``'s values (as ESPnet rebuilds a model from its
-    ``config.yaml``), then ``token_options`` that are not ``None`` (``token_list``, ``token_type``,
-    ``bpemodel``, ``cleaner``); ``text`` (default: the config's training ``text`` entry) gives the
-    transcripts.
+    Arguments: ESPnet's defaults, ``conf``, then non-``None`` ``token_options``; ``text``: default from ``conf``.
 
     Raises:
         SystemExit: a transcript file that does not exist, or transcripts without a token list.
     """
     from espnet2.tasks.asr import ASRTask  # registration imports this module while ESPnet builds ASRTask
-
-    # An experiment's config.yaml holds [path, name, type] lists; a command line, "path,name,type".
-    entries = [e.split(",") if isinstance(e, str) else list(e) for e in conf.get("train_data_path_and_name_and_type") or []]
+    # config.yaml holds [path, name, type] lists; a command line, "path,name,type".
+    entries = [e.split(",") if isinstance(e, str) else list(e)
+               for e in conf.get("train_data_path_and_name_and_type") or []]
     text = text or next((e[0] for e in entries if e[1:2] == ["text"]), None)
     if float((conf.get("model_conf") or {}).get("ctc_weight", 0.5)) == 0.0:
         return None, "none (the model has no CTC branch: model_conf.ctc_weight 0)"

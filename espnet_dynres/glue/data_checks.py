@@ -1,28 +1,6 @@
-"""Checks of data files and waveforms, each failing with a message that names the utterance or file and the fix.
+"""Checks of data files and waveforms, each raising ``ValueError`` that names the utterance or file and the fix.
 
-Each function checks one kind of bad data at the earliest point that can see it
-(``docs/troubleshooting.md`` says where each is called):
-
-=====================================  ==========================================  ================================
-problem                                function                                    called from
-=====================================  ==========================================  ================================
-stereo / NaN / inf / too short wav     :func:`check_waveform`                      recipe stage 3, decoding
-unreadable, truncated, wrong rate      :func:`check_audio_file`,                   recipe stage 3, decoding
-                                       :func:`check_audio_files`
-training audio at another rate         :func:`check_sampling_rate`                 iterator build
-training batch with NaN / inf          ``core.features.check_speech_batch``        ``frontend: dynres`` forward
-features with a dynres switch          :func:`check_raw_audio_data`                iterator build
-shape files vs ``wav.scp`` / ``text``  :func:`check_shape_file_keys`               iterator build
-shape-file lengths too short           :func:`check_shape_file_lengths`            (:func:`check_training_data`)
-transcript with no tokens              :func:`check_transcripts`
-=====================================  ==========================================  ================================
-
-Settings are checked in :mod:`espnet_dynres.glue.config_checks`; ``nbpe`` too small for the text by
-the recipe's ``local/check_bpe_vocab.py`` (stage 5), which needs no ESPnet import.
-
-Units: ``*_samples`` are waveform samples, ``*_frames`` feature frames, ``*_hz`` sampling or
-frame rates.  Every check raises ``ValueError``.
-"""
+Units: ``*_samples`` waveform samples, ``*_frames`` feature frames, ``*_hz`` sampling or frame rates."""
 
 from __future__ import annotations
 
@@ -55,38 +33,22 @@ def _first(keys: Iterable[str]) -> List[str]:
     return sorted(keys)[:SHOWN_KEYS]
 
 
-# ------------------------------------------------------------------------------------------- waveforms
-
-
 def min_input_samples(n_fft: int, hop_length: int, min_frames: int = 1) -> int:
-    """Fewest samples a frontend with ``center=True`` framing can turn into ``min_frames`` frames.
-
-    ``torch.stft(center=True)`` reflect-pads ``n_fft // 2`` samples at each end,
-    which needs at least ``n_fft // 2 + 1`` samples; ``1 + L // hop_length >=
-    min_frames`` needs ``L >= (min_frames - 1) * hop_length``.
-    """
+    """Fewest samples ``center=True`` framing turns into ``min_frames`` frames (reflect padding, ``1 + L // hop``)."""
     return max(n_fft // 2 + 1, (int(min_frames) - 1) * int(hop_length))
 
 
-def check_waveform(
-    wav: Union[np.ndarray, torch.Tensor],
-    *,
-    utt_id: str,
-    source: str = "",
-    min_samples: int = 1,
-) -> None:
+def check_waveform(wav: Union[np.ndarray, torch.Tensor], *, utt_id: str, source: str = "",
+                   min_samples: int = 1) -> None:
     """Reject a waveform that the frontend cannot turn into features.
 
     Args:
         wav: ``(T_samples,)`` or ``(T_samples, C)`` samples (float or int).
-        utt_id: the utterance, named in the message.
-        source: where it came from (file path or ``wav.scp`` line), named in the message.
-        min_samples: fewest samples accepted (see :func:`min_input_samples`; 0 accepts
-            an empty waveform, e.g. at decoding, where it gets an empty hypothesis).
+        utt_id, source: the utterance and where it came from, named in the message.
+        min_samples: fewest samples accepted (:func:`min_input_samples`; 0 accepts an empty waveform).
 
     Raises:
-        ValueError: more than one channel; fewer than ``min_samples``
-            samples; NaN or inf samples.
+        ValueError: more than one channel; fewer than ``min_samples`` samples; NaN or inf samples.
     """
     where = f"utterance {utt_id}" + (f" ({source})" if source else "")
     shape = tuple(wav.shape)
@@ -94,41 +56,30 @@ def check_waveform(
         wav = wav[:, 0]
     elif len(shape) != 1:
         channels = shape[1] if len(shape) == 2 else "?"
-        raise ValueError(
-            f"{where} has shape {shape} ({channels} channels); mono (T_samples,) is expected. "
-            "Down-mix or pick one channel when preparing the data (e.g. `sox in.wav -c 1 out.wav`)."
-        )
+        raise ValueError(f"{where} has shape {shape} ({channels} channels); mono (T_samples,) is expected. "
+                         "Down-mix or pick one channel when preparing the data (e.g. `sox in.wav -c 1 out.wav`).")
     n = int(wav.shape[0])
     if n < int(min_samples):
         raise ValueError(
             f"{where} has {n} samples; at least {int(min_samples)} are needed for one analysis "
-            "window. Remove it from training data (recipe stage 4, --min_wav_duration) or re-create the file."
-        )
+            "window. Remove it from training data (recipe stage 4, --min_wav_duration) or re-create the file.")
     finite = torch.isfinite(wav).all() if isinstance(wav, torch.Tensor) else np.isfinite(wav).all()
     if not bool(finite):
         bad = int((~torch.isfinite(wav)).sum()) if isinstance(wav, torch.Tensor) else int((~np.isfinite(wav)).sum())
         raise ValueError(f"{where} has {bad} NaN/inf samples of {n}; re-create or remove the file.")
 
 
-# ------------------------------------------------------------------------------------------- audio files
-
-
-def check_audio_file(utt_id: str, path: str, *, fs_hz: Optional[int] = None, mono: bool = True) -> soundfile._SoundFileInfo:
-    """Read the header of one audio file and reject what training or decoding could not use.
+def check_audio_file(utt_id: str, path: str, *, fs_hz: Optional[int] = None,
+                     mono: bool = True) -> soundfile._SoundFileInfo:
+    """Read the header of one audio file, reject what training or decoding could not use; returns ``soundfile.info``.
 
     Args:
-        utt_id: the utterance, named in the message.
-        path: the audio file (``wav.scp``'s second column; pipes are not supported).
-        fs_hz: expected sampling rate (Hz); ``None`` = any.
-        mono: reject files with more than one channel.
-
-    Returns:
-        ``soundfile.info(path)``.
+        utt_id, path: the utterance (named in the message) and its audio file (not a pipe).
+        fs_hz, mono: the expected sampling rate (Hz; ``None`` = any); whether to refuse several channels.
 
     Raises:
-        ValueError: unreadable (missing, not audio, no data), truncated (a WAV
-            data chunk longer than the file), a sampling rate other than
-            ``fs_hz``, or more than one channel when ``mono``.
+        ValueError: unreadable (missing, not audio, no data), truncated (a WAV data chunk longer than
+            the file), a sampling rate other than ``fs_hz``, or more than one channel when ``mono``.
     """
     try:
         info = soundfile.info(path)
@@ -138,40 +89,30 @@ def check_audio_file(utt_id: str, path: str, *, fs_hz: Optional[int] = None, mon
     if truncated:
         raise ValueError(
             f"audio of utterance {utt_id} ({path}) is truncated: its header announces {truncated[1]} bytes of "
-            f"samples but the file holds {truncated[2]}. Re-create the file (interrupted copy or write?)."
-        )
+            f"samples but the file holds {truncated[2]}. Re-create the file (interrupted copy or write?).")
     if fs_hz is not None and int(info.samplerate) != int(fs_hz):
         raise ValueError(
             f"utterance {utt_id} ({path}) is sampled at {info.samplerate} Hz, but the model expects {fs_hz} Hz. "
-            f"Resample the data to {fs_hz} Hz (recipe stage 3, --fs; or `sox in.wav -r {fs_hz} out.wav`)."
-        )
+            f"Resample the data to {fs_hz} Hz (recipe stage 3, --fs; or `sox in.wav -r {fs_hz} out.wav`).")
     if mono and info.channels != 1:
-        raise ValueError(
-            f"utterance {utt_id} ({path}) has {info.channels} channels; mono is expected. "
-            "Down-mix or pick one channel (e.g. `sox in.wav -c 1 out.wav`)."
-        )
+        raise ValueError(f"utterance {utt_id} ({path}) has {info.channels} channels; mono is expected. "
+                         "Down-mix or pick one channel (e.g. `sox in.wav -c 1 out.wav`).")
     return info
 
 
-def check_audio_files(
-    wav_scp: Union[str, Path], *, fs_hz: Optional[int] = None, keys: Optional[Iterable[str]] = None, mono: bool = True
-) -> int:
-    """:func:`check_audio_file` for every utterance of ``wav_scp`` (or of ``keys``); headers only.
-
-    Returns:
-        the number of files checked.
+def check_audio_files(wav_scp: Union[str, Path], *, fs_hz: Optional[int] = None, keys: Optional[Iterable[str]] = None,
+                      mono: bool = True) -> int:
+    """:func:`check_audio_file` for every utterance of ``wav_scp`` (or of ``keys``); returns the count checked.
 
     Raises:
-        ValueError: the first bad file (see :func:`check_audio_file`), or a key
-            of ``keys`` missing from ``wav_scp``.
+        ValueError: the first bad file (:func:`check_audio_file`), or a key of ``keys`` missing from ``wav_scp``.
     """
     table = read_keyed_file(wav_scp)
     wanted = list(table) if keys is None else list(keys)
     missing = [k for k in wanted if k not in table]
     if missing:
         raise ValueError(
-            f"{len(missing)} utterances are not in {wav_scp}, e.g. {_first(missing)}; use a key file made from it."
-        )
+            f"{len(missing)} utterances are not in {wav_scp}, e.g. {_first(missing)}; use a key file made from it.")
     for key in wanted:
         path = table[key]
         if path.endswith("|"):
@@ -180,20 +121,11 @@ def check_audio_files(
     return len(wanted)
 
 
-# ------------------------------------------------------------------------------------------- data dirs
-
-
 def check_shape_file_keys(shape_files: Sequence[str], data_files: Sequence[Tuple[str, str, str]]) -> None:
-    """Every utterance of the shape files is in every data file, and the other way round.
-
-    Args:
-        shape_files: ESPnet shape files (``utt_id N[,C]``), e.g. ``speech_shape``.
-        data_files: ``(path, name, type)`` as in ``--train_data_path_and_name_and_type``;
-            only Kaldi-style keyed types are read.
+    """Every utterance of ``shape_files`` (``utt_id N[,C]``) is in every keyed file of ``data_files``, and back.
 
     Raises:
-        ValueError: naming the file, how many keys are missing or extra, up to
-            five of them, and the fix (re-run collect-stats for this data dir).
+        ValueError: naming the file, the missing or extra keys, and the fix (re-run collect-stats).
     """
     if not shape_files:
         return
@@ -210,23 +142,21 @@ def check_shape_file_keys(shape_files: Sequence[str], data_files: Sequence[Tuple
             if missing:
                 parts.append(
                     f"{len(missing)} in the shape file only (e.g. {_first(missing)}; training would fail when it "
-                    "reaches them)"
-                )
+                    "reaches them)")
             if extra:
-                parts.append(f"{len(extra)} in the data file only (e.g. {_first(extra)}; they would never be trained on)")
+                parts.append(
+                    f"{len(extra)} in the data file only (e.g. {_first(extra)}; they would never be trained on)")
             raise ValueError(
                 f"shape file {shape_files[0]} and data file {path} ({name}) list different utterances: "
                 f"{', '.join(parts)}. The data dir changed after the shape files were made: re-run collect-stats "
-                "(recipe stage 10, asr.sh stage 10) for this data dir."
-            )
+                "(recipe stage 10, asr.sh stage 10) for this data dir.")
 
 
 def check_shape_file_lengths(shape_file: str, *, min_samples: int) -> None:
     """Every utterance of a speech shape file has at least ``min_samples`` samples.
 
     Raises:
-        ValueError: naming how many are shorter, up to five of them with their
-            lengths, and the fix (the filter stage).
+        ValueError: naming the shorter ones (count, up to five with lengths) and the fix (the filter stage).
     """
     short = {}
     for key, value in read_keyed_file(shape_file).items():
@@ -238,19 +168,14 @@ def check_shape_file_lengths(shape_file: str, *, min_samples: int) -> None:
         raise ValueError(
             f"{len(short)} utterances in {shape_file} have fewer than {min_samples} samples (one analysis window), "
             f"e.g. {shown}. Remove them before training: recipe stage 4 (--min_wav_duration), "
-            "or asr.sh --min_wav_duration; then re-run collect-stats."
-        )
+            "or asr.sh --min_wav_duration; then re-run collect-stats.")
 
 
 def check_shape_file_channels(shape_file: str) -> None:
-    """Every utterance of a speech shape file is mono (``utt_id N`` or ``utt_id N,1``).
-
-    The dynres frontend plans one frame rate per utterance of a mono waveform;
-    a multi-channel one would stop a DataLoader worker with a shape error.
+    """Every utterance of a speech shape file is mono (``utt_id N`` or ``utt_id N,1``), as the dynres frontend needs.
 
     Raises:
-        ValueError: naming how many utterances have more than one channel, up to
-            five of them with their shapes, and the fix.
+        ValueError: naming the multi-channel ones (count, up to five with shapes) and the fix.
     """
     multi = {}
     for key, value in read_keyed_file(shape_file).items():
@@ -262,25 +187,11 @@ def check_shape_file_channels(shape_file: str) -> None:
         raise ValueError(
             f"{len(multi)} utterances in {shape_file} have more than one channel (samples,channels), e.g. {shown}; "
             "frontend: dynres takes mono audio. Down-mix or pick one channel when preparing the data (e.g. "
-            "`sox in.wav -c 1 out.wav`; the recipe's stage 3 refuses such files), then re-run collect-stats."
-        )
+            "`sox in.wav -c 1 out.wav`; the recipe's stage 3 refuses such files), then re-run collect-stats.")
 
 
 def check_transcripts(text_file: str, *, utt2num_tokens: Optional[Mapping[str, int]] = None) -> List[str]:
-    """Name the training transcripts without tokens (a warning, not an error).
-
-    ``model: token_normalized`` handles them as documented (counted in
-    ``empty_transcripts``; only ``<eos>`` is trained, and a batch without any
-    token divides by 1), as ESPnet's own loss does; the warning names them so
-    that a data-preparation slip does not go unnoticed.
-
-    Args:
-        text_file: Kaldi-style ``text`` (``utt_id transcript``).
-        utt2num_tokens: optional token counts after the task's preprocessing
-            (cleaner + tokenizer); without it, an empty or blank value is the test.
-
-    Returns:
-        the utterance ids with no tokens (sorted).
+    """Warn naming the transcripts without tokens (per ``utt2num_tokens``, else blank); returns their ids (sorted).
 
     Raises:
         ValueError: a blank line or a repeated key (:func:`read_keyed_file`).
@@ -294,22 +205,12 @@ def check_transcripts(text_file: str, *, utt2num_tokens: Optional[Mapping[str, i
         logging.warning(
             f"{len(empty)} transcripts in {text_file} have no tokens, e.g. {_first(empty)}: only <eos> is trained "
             "on them (counted as empty_transcripts by model: token_normalized). Remove them (recipe stage 4 "
-            "does) if they are mistakes."
-        )
+            "does) if they are mistakes.")
     return empty
 
 
-
-# ------------------------------------------------------------------------------------------- training start
-
-
 def training_min_samples(args: argparse.Namespace) -> int:
-    """Fewest samples a training utterance needs: one analysis window and the encoder's minimum input.
-
-    From ``frontend_conf`` (``n_fft`` and ``hop_length`` default to :class:`FrontendConfig`'s,
-    which are DefaultFrontend's) and ``encoder_conf.input_layer`` (``conv2d`` needs 7
-    frames); 1 when the model takes features (``frontend: null``).
-    """
+    """Fewest samples a training utterance needs (``frontend_conf``, ``encoder_conf.input_layer``); 1 for features."""
     if getattr(args, "frontend", None) is None or getattr(args, "input_size", None) is not None:
         return 1
     conf = getattr(args, "frontend_conf", None) or {}
@@ -322,20 +223,14 @@ def training_min_samples(args: argparse.Namespace) -> int:
                              int(conf.get("hop_length", FrontendConfig.hop_length)), min_frames)
 
 
-
 RAW_AUDIO_TYPES = ("sound", "multi_columns_sound", "variable_columns_sound", "sound_with_rate")
-# The switches that compute features from raw audio at a per-utterance frame rate.
+
 
 def check_raw_audio_data(args: argparse.Namespace, data_files: Sequence[Tuple[str, str, str]]) -> None:
-    """``frontend: dynres`` / ``batch_type: dynres`` read the ``speech`` data as raw audio.
-
-    Args:
-        args: the task's arguments (``frontend``, ``batch_type``, ``valid_batch_type``).
-        data_files: ``(path, name, type)`` as in ``--train_data_path_and_name_and_type``.
+    """``frontend: dynres`` / ``batch_type: dynres`` read the ``speech`` entry of ``data_files`` as raw audio.
 
     Raises:
-        ValueError: the ``speech`` entry has a feature type (``kaldi_ark``, ``npy``, ...): names
-            the file, its type and the fixes.
+        ValueError: the ``speech`` entry has a feature type (``kaldi_ark``, ``npy``, ...), named with the fixes.
     """
     switches = dynres_switches(args)
     if not switches:
@@ -346,26 +241,16 @@ def check_raw_audio_data(args: argparse.Namespace, data_files: Sequence[Tuple[st
                 f"{', '.join(switches)} computes features from raw audio, but the speech data {path} has type "
                 f"{kind!r} (extracted features). Give raw audio (asr.sh --feats_type raw; type sound), or keep the "
                 "features with batch_type: numel, frontend: null and input_size set (model: token_normalized "
-                "works on features)."
-            )
+                "works on features).")
 
 
 def check_training_data(args: argparse.Namespace, iter_options) -> None:
-    """All start-of-training data checks for one iterator (train or valid), before any batch is built.
-
-    Args:
-        args: the task's arguments (``frontend``, ``frontend_conf``, ``encoder_conf``).
-        iter_options: ESPnet's ``IteratorOptions`` (``data_path_and_name_and_type``,
-            ``shape_files``).
+    """All start-of-training data checks for one iterator (ESPnet's ``IteratorOptions``), before any batch is built.
 
     Raises:
-        ValueError: a blank line in a shape or data file; shape files and data
-            files list different utterances (:func:`check_shape_file_keys`); an
-            utterance shorter than :func:`training_min_samples`
-            (:func:`check_shape_file_lengths`); a multi-channel utterance with
-            ``frontend: dynres`` (:func:`check_shape_file_channels`); extracted features with a dynres
-            switch (:func:`check_raw_audio_data`).  Transcripts
-            without tokens are named in a warning (:func:`check_transcripts`).
+        ValueError: a blank line in a shape or data file, or from :func:`check_shape_file_keys`,
+            :func:`check_shape_file_lengths`, :func:`check_shape_file_channels` (``frontend: dynres``) and
+            :func:`check_raw_audio_data`; :func:`check_transcripts` only warns.
     """
     shape_files = list(iter_options.shape_files or [])
     data_files = list(iter_options.data_path_and_name_and_type or [])
@@ -383,14 +268,7 @@ def check_training_data(args: argparse.Namespace, iter_options) -> None:
 
 def check_sampling_rate(args: argparse.Namespace, data_files: Sequence[Tuple[str, str, str]],
                         files_to_check: int = 3) -> None:
-    """Reject training audio whose sampling rate differs from ``frontend_conf.fs`` (``frontend: dynres`` only).
-
-    Reads the headers of the first ``files_to_check`` entries of each ``sound`` data file
-    (``utt_id path``) with :func:`check_audio_file`.
-
-    Args:
-        args: the task's arguments (``frontend``, ``frontend_conf``).
-        data_files: ``(path, name, type)`` as in ``--train_data_path_and_name_and_type``.
+    """Reject training audio (``files_to_check`` per file) at a rate other than ``frontend_conf.fs`` (dynres only).
 
     Raises:
         ValueError: naming the utterance, its rate, ``fs`` and the fix.

@@ -1,14 +1,5 @@
-"""When ``import espnet_dynres`` registers the plugin: at once if ESPnet's ASR task
-(``espnet2.tasks.asr``) is imported already, else the moment it is imported.
-
-Importing ESPnet's ASR task takes about 10 s (it imports every ESPnet model family); a process that
-never builds an ESPnet task, such as the recipe's data scripts, which only read and check audio with
-the plugin's helpers, should not pay for it. Every way to use the registered names goes through
-``espnet2.tasks.asr`` (its ``*_choices`` and ``ASRTask``), so registering right after that module
-is executed is, to any code that looks, the same as registering on ``import espnet_dynres``.
-The hook is an import-system finder (:pep:`451`) that wraps that one module's loader; it removes
-itself once used.
-"""
+"""When ``import espnet_dynres`` registers the plugin: at once if ``espnet2.tasks.asr`` is imported already,
+else right after it is (an import-system finder, :pep:`451`, that wraps its loader and removes itself)."""
 
 from __future__ import annotations
 
@@ -22,11 +13,8 @@ ESPNET_ASR_TASK = "espnet2.tasks.asr"
 
 
 def _register() -> None:
-    # ESPnet prints notices on import (e.g. "Failed to import Flash Attention"); they go to stderr,
-    # so that a tool's standard output (``audit_batches --json -``) holds only what the tool writes.
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr):  # ESPnet's import notices go to stderr, not a tool's output
         from espnet_dynres.glue.registration import register
-
         register()
 
 

@@ -1,13 +1,4 @@
-"""``espnet_dynres_python``: a stand-in for ``python`` that registers the plugin first.
-
-ESPnet's ``egs2/TEMPLATE/asr1/asr.sh`` runs every Python step as
-``${python} -m espnet2.bin.<tool> ...``; with ``./asr.sh --python espnet_dynres_python``
-each of those steps runs with ``import espnet_dynres`` done first, so the
-``dynres`` and ``token_normalized`` names work without editing asr.sh.
-
-Supported forms (as ``python``): ``-m module [args]``, ``-c code [args]``,
-``script.py [args]``; leading interpreter flags ``-u``, ``-B``, ``-W <arg>`` are accepted.
-"""
+"""``espnet_dynres_python``: ``python`` (``-m``/``-c``/script, ``-u``/``-B``/``-W``) that registers the plugin first."""
 
 from __future__ import annotations
 

@@ -10,12 +10,7 @@ PLUGIN_SWITCHES = {"batch_type": ("dynres",), "valid_batch_type": ("dynres",), "
 
 
 def plugin_switches_on(args: argparse.Namespace) -> List[str]:
-    """The plugin's switches set in ``args`` (``["batch_type: dynres", ...]``); empty for stock ESPnet.
-
-    Every check of the plugin that runs inside ESPnet's own code paths runs
-    only when this is non-empty, so importing the plugin leaves a stock
-    configuration exactly as ESPnet runs it.
-    """
+    """The plugin's switches set in ``args`` (``["batch_type: dynres", ...]``); empty for stock ESPnet."""
     return [f"{key}: {getattr(args, key)}" for key, values in PLUGIN_SWITCHES.items()
             if getattr(args, key, None) in values]
 
@@ -27,5 +22,3 @@ RAW_AUDIO_SWITCHES = ("batch_type", "valid_batch_type", "frontend")
 def dynres_switches(args: argparse.Namespace, keys: Sequence[str] = RAW_AUDIO_SWITCHES) -> List[str]:
     """Those of ``keys`` set to ``dynres`` in ``args``, as ``["batch_type: dynres", ...]`` (for messages)."""
     return [f"{key}: dynres" for key in keys if getattr(args, key, None) == "dynres"]
-
-

@@ -1,17 +1,6 @@
-"""A trained model's ``config.yaml`` rewritten for stock ESPnet: decoding without the plugin.
+"""A trained model's ``config.yaml`` rewritten for stock ESPnet: decoding without the plugin (weights load unchanged).
 
-At inference the plugin's pieces are ESPnet's own: the ``dynres`` frontend outside a training
-step is ``DefaultFrontend`` (same settings, same features), ``specaug`` is unused, and both
-models decode as ``ESPnetASRModel``.  Their checkpoints hold the same parameters and buffers
-as ESPnet's (SpecAugment has none, the BatchNorm sample is no buffer), so the weights load
-unchanged.  :func:`stock_espnet_config` maps the names and drops the plugin-only keys; the
-result loads with ``espnet2.bin.asr_inference`` and ``espnet_model_zoo`` without
-``import espnet_dynres``.
-
-It is an *inference* config: under ``batch_type: numel`` the ``batch_bins`` of a dynres run
-(feature frames) would mean samples, so training from it again needs a ``numel`` budget
-(the audit CLI's ``--match`` gives the equivalence).
-"""
+The result is an *inference* config: its ``batch_bins`` (feature frames) would mean samples under ``numel``."""
 
 from __future__ import annotations
 
@@ -21,15 +10,10 @@ from typing import Dict, Iterable, Mapping
 from espnet_dynres.glue.config_checks import accepted_keywords
 
 # The plugin's names and ESPnet's for the same thing at inference.
-STOCK_NAMES = {
-    "frontend": {"dynres": "default"},
-    "specaug": {"dynres": "specaug"},
-    "model": {"dynres": "espnet", "token_normalized": "espnet"},
-    "batch_type": {"dynres": "numel"},
-    "valid_batch_type": {"dynres": "numel"},
-}
-# Keys only the plugin's parser and classes know (its sampler options, its model's re-estimate).
-PLUGIN_ONLY_KEYS = ("oversized", "batch_fill", "shuffle_jitter")
+STOCK_NAMES = {"frontend": {"dynres": "default"}, "specaug": {"dynres": "specaug"},
+               "model": {"dynres": "espnet", "token_normalized": "espnet"}, "batch_type": {"dynres": "numel"},
+               "valid_batch_type": {"dynres": "numel"}}
+PLUGIN_ONLY_KEYS = ("oversized", "batch_fill", "shuffle_jitter")  # keys only the plugin's parser and classes know
 PLUGIN_ONLY_MODEL_CONF = ("batchnorm_restat_batches",)
 
 
@@ -39,23 +23,13 @@ def _kept(conf: Mapping, keys: Iterable[str]) -> Dict:
 
 
 def stock_espnet_config(config: Mapping) -> Dict:
-    """``config`` (a training run's ``config.yaml`` as a dict) with ESPnet's names only.
-
-    * ``frontend: dynres`` → ``default``, ``frontend_conf`` reduced to ``DefaultFrontend``'s keys
-      (the rate clamp, ``method`` and the other dynres keys go);
-    * ``specaug: dynres`` → ``specaug`` with ESPnet ``SpecAug``'s keys;
-    * ``model: dynres`` / ``token_normalized`` → ``espnet``, without ``batchnorm_restat_batches``;
-    * ``batch_type`` / ``valid_batch_type`` ``dynres`` → ``numel``; the sampler options
-      ``oversized``, ``batch_fill``, ``shuffle_jitter`` are removed.
-
-    A stock config comes back unchanged (a copy).
+    """``config`` (a training run's ``config.yaml`` as a dict) with ESPnet's names and keys only (a copy).
 
     Raises:
         ValueError: ``config`` is not a mapping with a ``model`` key (not a training config).
     """
     from espnet2.asr.frontend.default import DefaultFrontend
     from espnet2.asr.specaug.specaug import SpecAug
-
     if not isinstance(config, Mapping) or "model" not in config:
         raise ValueError("expected a training run's config.yaml (a mapping with a 'model' key)")
     out = copy.deepcopy(dict(config))

@@ -1,19 +1,4 @@
-"""The plugin's ESPnet ``Trainer``: the BatchNorm re-estimate as a step before every validation.
-
-ESPnet's task runs ``cls.trainer``; for a ``model: dynres`` or ``token_normalized`` model the
-plugin's ``build_model`` sets it to :class:`DynResTrainer` (every other model keeps ESPnet's
-``Trainer``).  The trainer does what ESPnet's does, plus one step on each side of an epoch:
-
-* while it trains an epoch, every training forward offers its utterances to the epoch's
-  :class:`~espnet_dynres.asr.batchnorm_sample.BatchNormSample` (a forward pre-hook on the model,
-  held only while ``train_one_epoch`` runs);
-* before it validates, :func:`~espnet_dynres.asr.batchnorm_reestimate.reestimate_batchnorm`
-  re-estimates every BatchNorm layer from that sample at the standard rate, and the sample is
-  cleared for the next epoch.
-
-So the checkpoint saved after validation holds the re-estimated statistics, and ``model.eval()``
-outside the trainer (decoding, a notebook) only switches the mode.
-"""
+"""The plugin's ESPnet ``Trainer``: the BatchNorm re-estimate (from the epoch's training sample) before validation."""
 
 from __future__ import annotations
 
@@ -38,22 +23,14 @@ def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def restat_budget(args: argparse.Namespace, model: torch.nn.Module) -> RestatBudget:
-    """The run's evaluation budget for ``model``'s BatchNorm re-estimate
-    (:meth:`RestatBudget.from_task_args`, with the dynres frontend's standard frame shift when
-    the model has one)."""
+    """The run's BatchNorm re-estimate budget (:meth:`RestatBudget.from_task_args`, with the dynres frontend's hop)."""
     frontend = getattr(model, "frontend", None)
     hop = frontend.policy.hop_length if isinstance(frontend, DynResFrontend) else None
     return RestatBudget.from_task_args(args, hop_length=hop)
 
 
 class BatchNormReestimate:
-    """The re-estimate step of one run: its budget, the epoch's sample, and the two hooks.
-
-    Args:
-        args: ESPnet's task arguments: the validation budget (:meth:`RestatBudget.from_task_args`)
-            is taken from them together with the model's frontend, the first time the step sees
-            the model, and kept for the run.
-    """
+    """The re-estimate step of one run (``args``: ESPnet's task arguments): budget, sample, the two hooks."""
 
     def __init__(self, args: argparse.Namespace):
         self._args = args
@@ -61,18 +38,14 @@ class BatchNormReestimate:
         self.sample: Optional[BatchNormSample] = None
 
     def _prepare(self, model: torch.nn.Module) -> Optional[BatchNormSample]:
-        """The sample of ``model`` (unwrapped), created with the run's budget on first use (empty for a
-        model without BatchNorm); ``None`` for a model without ``batchnorm_restat_batches`` (not the plugin's)."""
         if self.sample is None and hasattr(model, "batchnorm_restat_batches"):
             self.budget = restat_budget(self._args, model)
-            # a model without BatchNorm keeps no sample
             self.sample = BatchNormSample(model.batchnorm_restat_batches if batchnorm_layers(model) else 0)
         return self.sample
 
     @contextlib.contextmanager
     def collecting(self, model: torch.nn.Module) -> Iterator[None]:
-        """While open, every training forward of ``model`` (``model.training`` with autograd on)
-        offers its ``speech (B, T_samples)`` (or features) and ``speech_lengths (B,)`` to the sample."""
+        """While open, training forwards of ``model`` offer ``speech (B, T_samples)``, ``speech_lengths (B,)``."""
         model = unwrapped(model)
         sample = self._prepare(model)
         if sample is None or sample.num_batches == 0:
@@ -92,16 +65,7 @@ class BatchNormReestimate:
             handle.remove()
 
     def run(self, model: torch.nn.Module) -> int:
-        """Re-estimate ``model``'s BatchNorm statistics from the sample and clear it.
-
-        Under ``torch.distributed`` every rank must call it (as every rank validates): it runs
-        only when every rank's sample is non-empty (one ``all_reduce`` of a flag), since the
-        re-estimate adds its sums over all ranks once per layer and a rank without a sample would
-        leave the others waiting; otherwise no rank re-estimates and a warning says so.
-
-        Returns:
-            The number of layers re-estimated.
-        """
+        """Re-estimate BatchNorm from the sample, clear it (every rank must call it); returns the layer count."""
         model = unwrapped(model)
         sample = self._prepare(model)
         if sample is None:
@@ -121,10 +85,9 @@ class BatchNormReestimate:
         flags = torch.tensor([int(has_sample), 1], dtype=torch.long, device=device)  # (mine, ranks)
         torch.distributed.all_reduce(flags)  # sum: ranks with a sample, world size
         if 0 < int(flags[0]) < int(flags[1]):
-            logging.warning(
-                "BatchNorm re-estimate skipped before this evaluation: %d of %d ranks have no training "
-                "utterance in their sample (no step on them this epoch); the statistics stay as trained.",
-                int(flags[1] - flags[0]), int(flags[1]))
+            logging.warning("BatchNorm re-estimate skipped before this evaluation: %d of %d ranks have no training "
+                            "utterance in their sample (no step on them this epoch); the statistics stay as trained.",
+                            int(flags[1] - flags[0]), int(flags[1]))
         return int(flags[0]) == int(flags[1])
 
 

@@ -14,20 +14,15 @@ from espnet2.iterators.sequence_iter_factory import worker_init_fn
 from espnet_dynres.core.batch_planner import PlannedBatch
 from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
-# Batch key of the sampler's plan (a BatchPlan); the name of the batch_plan argument of
-# DynResASRModel.forward (ESPnet passes batch keys as keyword arguments).
+# Batch key of the sampler's BatchPlan = DynResASRModel.forward's argument (ESPnet passes batch keys as keywords).
 BATCH_PLAN_KEY = "batch_plan"
 
 
 class PlannedBatchDataset(torch.utils.data.Dataset):
-    """One item is one whole batch: a :class:`PlannedBatch` is loaded (each utterance checked by
-    :class:`~espnet_dynres.glue.checked_dataset.CheckedDataset`), collated by ESPnet's collate
-    function and given its plan as the batch
-    key ``batch_plan``, once, in one step.
+    """One item is one whole :class:`PlannedBatch` of ``dataset``, collated, with its plan as ``batch_plan``.
 
-    Args:
-        dataset: the checked dataset (keyed by utterance id).
-        collate_fn: ESPnet's collate function (``CommonCollateFn``).
+    Raises:
+        ValueError: ``collate_fn`` is ``None`` (give ESPnet's ``CommonCollateFn``).
     """
 
     def __init__(self, dataset, collate_fn: Optional[Callable]):
@@ -46,57 +41,29 @@ class PlannedBatchDataset(torch.utils.data.Dataset):
 
 
 def whole_batch(item):
-    """The DataLoader's collate step for :class:`PlannedBatchDataset`, whose items are batches already."""
+    """The DataLoader's collate step for :class:`PlannedBatchDataset` (items are batches already)."""
     return item
 
 
 class DynResIterFactory(AbsIterFactory):
     """Builds each epoch's ``DataLoader`` from the sampler's plan for that epoch.
 
-    * Training (``train=True``): epoch ``e`` uses
-      :meth:`DynResBatchSampler.planned_batches` ``(e)`` — new composition and
-      order, deterministic in ``(seed, e)``, so ``--resume true`` rebuilds the
-      same epoch.  One DataLoader item is one whole batch (:class:`PlannedBatchDataset`):
-      loaded, collated, and given its :class:`~espnet_dynres.core.batch_planner.BatchPlan`
-      as batch key ``batch_plan``, which reaches the model's ``forward``; the plan already
-      holds the epoch's resolution curriculum, so nothing else needs the epoch.
-    * With ``num_iters_per_epoch = n``: the epochs' plans are concatenated into
-      one stream (plan 1, plan 2, ...) and epoch ``e`` takes stream items
-      ``(e - 1) n`` to ``e n - 1``; every utterance is still seen exactly once per
-      plan.
-    * Validation (``train=False``): the sampler's fixed sorted batches, with their
-      ``STANDARD`` plans (the frontend runs at the standard rate in eval mode).
-    * DDP: every batch and its plan are split ``[rank::world_size]`` (the sampler gives
-      every batch ``>= world_size`` utterances), so every rank gets the same
-      number of batches and the same ``T``; ``batch_bins`` is the global budget.
-
     Args:
-        dataset: ESPnet's ``ESPnetDataset`` holding every utterance of the sampler, keyed by utterance id
-            (the task wraps it in :class:`~espnet_dynres.glue.checked_dataset.CheckedDataset`).
-        sampler: the ``dynres`` batch sampler.
-        train: training (planned, redrawn every epoch) or validation.
-        num_iters_per_epoch: ESPnet's ``--num_iters_per_epoch`` (``None``: one plan per epoch).
+        dataset: ESPnet's dataset holding every utterance of the sampler, keyed by utterance id.
+        sampler, train: the ``dynres`` batch sampler; training (redrawn every epoch) or validation.
+        num_iters_per_epoch: ``None`` (one plan per epoch) or ``n`` (epoch ``e``: ``(e-1)n`` to ``en-1`` of all plans).
         num_batches: keep only the first ``num_batches`` batches of each plan.
-        rank, world_size: this process's DDP rank and the world size.
-        seed: ESPnet's ``--seed`` (DataLoader worker seeds, as ESPnet).
-        num_workers, pin_memory: DataLoader options.
-        collate_fn: ESPnet's collate function.
+        rank, world_size, seed: DDP rank and world size (batches split ``[rank::world_size]``); ``--seed``.
+        num_workers, pin_memory, collate_fn: DataLoader options; ESPnet's collate function.
+
+    Raises:
+        ValueError: ``rank`` outside ``[0, world_size)``; ``num_iters_per_epoch < 1``; (``epoch_batches``)
+            a sampler that planned no batches.
     """
 
-    def __init__(
-        self,
-        dataset,
-        sampler: DynResBatchSampler,
-        train: bool,
-        num_iters_per_epoch: Optional[int] = None,
-        num_batches: Optional[int] = None,
-        rank: int = 0,
-        world_size: int = 1,
-        seed: int = 0,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        collate_fn: Optional[Callable] = None,
-    ):
+    def __init__(self, dataset, sampler: DynResBatchSampler, train: bool, num_iters_per_epoch: Optional[int] = None,
+                 num_batches: Optional[int] = None, rank: int = 0, world_size: int = 1, seed: int = 0,
+                 num_workers: int = 0, pin_memory: bool = False, collate_fn: Optional[Callable] = None):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         if num_iters_per_epoch is not None and num_iters_per_epoch < 1:
@@ -140,12 +107,7 @@ class DynResIterFactory(AbsIterFactory):
 
     def build_iter(self, epoch: int, shuffle: Optional[bool] = None) -> DataLoader:
         batches = self.epoch_batches(epoch) if self.train else self.plan_batches(1)
-        return DataLoader(
-            PlannedBatchDataset(self.dataset, self.collate_fn),
-            sampler=[b.shard(self.rank, self.world_size) for b in batches],
-            batch_size=None,
-            collate_fn=whole_batch,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            worker_init_fn=functools.partial(worker_init_fn, base_seed=epoch + self.seed),
-        )
+        return DataLoader(PlannedBatchDataset(self.dataset, self.collate_fn),
+                          sampler=[b.shard(self.rank, self.world_size) for b in batches], batch_size=None,
+                          collate_fn=whole_batch, num_workers=self.num_workers, pin_memory=self.pin_memory,
+                          worker_init_fn=functools.partial(worker_init_fn, base_seed=epoch + self.seed))

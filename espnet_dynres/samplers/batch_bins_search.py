@@ -1,5 +1,4 @@
-"""Choosing a dynres ``batch_bins``: by the audio per step it gives, by the largest batch it allows,
-and the warning for a ``numel`` budget carried over unchanged (training's iterator builder calls it)."""
+"""Choosing a dynres ``batch_bins`` by audio per step or largest batch; the warning for a carried-over ``numel`` one."""
 
 from __future__ import annotations
 
@@ -14,10 +13,9 @@ from espnet_dynres.samplers.dynres_batch_sampler import DynResBatchSampler
 
 def mean_audio_per_batch_sec(batches: Sequence[Sequence[str]], utt2samples: Dict[str, int], fs_hz: int) -> float:
     """Mean seconds of audio per batch (``Σ samples / fs`` over a batch's members).
-
     Raises:
-        ValueError: no batches.  KeyError: a member missing from ``utt2samples``.
-    """
+        ValueError: no batches.
+        KeyError: a member missing from ``utt2samples``."""
     if not batches:
         raise ValueError("cannot average over 0 batches")
     return sum(utt2samples[k] for b in batches for k in b) / float(fs_hz) / len(batches)
@@ -40,13 +38,9 @@ def fullest_batch_frames(sampler: DynResBatchSampler, epochs: Sequence[int]) -> 
 
 
 def memory_safe_batch_bins(sampler: DynResBatchSampler, max_frames: int, epochs: Sequence[int] = (1, 2)) -> int:
-    """The largest ``batch_bins`` whose fullest batch over ``epochs`` holds at most ``max_frames``
-    ``B × T`` frames (e.g. the fullest batch of the ``numel`` config a user sized for memory):
-    bisection between ``max_frames`` (which always qualifies) and ``1.5 × max_frames``.
-
+    """Largest ``batch_bins`` whose fullest batch over ``epochs`` has <= ``max_frames`` ``B × T`` frames (bisection).
     Raises:
-        ValueError: ``max_frames < 1``.
-    """
+        ValueError: ``max_frames < 1``."""
     if max_frames < 1:
         raise ValueError(f"max_frames must be >= 1, got {max_frames}")
     with warnings_silenced():
@@ -60,9 +54,9 @@ def memory_safe_batch_bins(sampler: DynResBatchSampler, max_frames: int, epochs:
     return lo
 
 
-def binding_batch_bins(sampler: DynResBatchSampler, batch_bins: int, epochs: Sequence[int] = (1, 2)) -> Tuple[int, bool]:
-    """``(value, lowered)``: ``batch_bins`` itself where it limits the plan, else (its fullest batch under
-    half of it: the clamp closes every batch first, so it bounds nothing) that fullest batch's frames."""
+def binding_batch_bins(sampler: DynResBatchSampler, batch_bins: int,
+                       epochs: Sequence[int] = (1, 2)) -> Tuple[int, bool]:
+    """``(value, lowered)``: ``batch_bins``, or its plan's fullest batch frames if under half of it (clamp binds)."""
     fullest = fullest_batch_frames(sampler.with_batch_bins(batch_bins), epochs)
     if fullest < 0.5 * batch_bins:
         return fullest, True
@@ -70,9 +64,7 @@ def binding_batch_bins(sampler: DynResBatchSampler, batch_bins: int, epochs: Seq
 
 
 def batch_bins_for_audio(sampler: DynResBatchSampler, audio_sec: float, epoch: int = 1, iterations: int = 4) -> int:
-    """The ``batch_bins`` (``B × T`` frames, >= 1) whose epoch-``epoch`` plan holds ``audio_sec`` seconds of
-    audio per batch on average: ``audio_sec ×`` the policy's target rate, corrected ``iterations`` times by
-    the ratio of wanted to planned mean audio (which grows almost linearly with ``batch_bins``)."""
+    """``batch_bins`` (``B × T``, >= 1) whose ``epoch`` plan averages ``audio_sec`` s of audio per batch (iterated)."""
     policy = sampler.policy
     drawn = policy.target_frame_rate_range_hz
     rate_hz = policy.target_frame_rate_hz or (sum(drawn) / 2 if drawn else policy.standard_frame_rate_hz)
@@ -90,16 +82,8 @@ def batch_bins_for_audio(sampler: DynResBatchSampler, audio_sec: float, epoch: i
 
 
 def numel_sized_budget(sampler: DynResBatchSampler, shape_files: Sequence[str], epoch: int = 1) -> Optional[str]:
-    """A warning when the sampler's ``batch_bins`` looks carried over from a ``numel`` config, or ``None``.
-
-    ``numel`` counts samples × dims, dynres feature frames ``B × T``: the same value holds about
-    ``hop_length`` times the audio under dynres.  The value is taken for a ``numel`` one when the
-    plan's fullest batch uses under half of it (it never binds, so it bounds no memory) and ``numel``
-    would put at least one median utterance in a batch (``batch_bins`` >= its samples).  The message
-    gives the audio per batch under both readings and the dynres value with ``numel``'s mean audio.
-    """
+    """``None``, or a warning if ``batch_bins`` looks like a ``numel`` one (fullest batch < half; >= median samples)."""
     from espnet2.samplers.build_batch_sampler import build_batch_sampler
-
     batches = [b.keys for b in sampler.planned_batches(epoch)]
     fullest = fullest_batch_frames(sampler, [epoch])
     median_samples = float(np.median(np.fromiter(sampler.utt2samples.values(), dtype=np.int64)))
@@ -119,5 +103,4 @@ def numel_sized_budget(sampler: DynResBatchSampler, shape_files: Sequence[str], 
         f"({max(len(b) for b in batches)} utterances; mean {np.mean(dyn_audio):.0f} s), and batch_bins never limits "
         f"a batch (the fullest uses {fullest} frames), so it does not bound memory. batch_type numel with the same "
         f"value holds {numel_sec:.1f} s per batch on average; the dynres batch_bins with that mean audio per batch "
-        f"is {suggestion} (python -m espnet_dynres.bin.audit_batches shows any value's batches)."
-    )
+        f"is {suggestion} (python -m espnet_dynres.bin.audit_batches shows any value's batches).")

@@ -22,89 +22,31 @@ SHOWN_OVERSIZED = 5  # oversized utterances named in the plan's summary line (th
 class DynResBatchSampler(AbsSampler):
     """Groups utterances by duration into batches that share one frame count.
 
-    **Order.**  Each epoch ``e`` (1-based; ``0`` is accepted for ESPnet's
-    ``num_iters_per_epoch`` bookkeeping) orders the utterances by
-    ``log(samples) + u``, ``u ~ Uniform(0, shuffle_jitter × log(max_rate / min_rate))``
-    drawn from ``numpy.random.default_rng([seed, e])``; with ``shuffle=False``
-    (validation) or ``shuffle_jitter=0`` the order is plain sorting by length,
-    the same every epoch.  The jitter is smaller than the frame-rate clamp, so
-    neighbours in that order can still share a frame count, but which
-    neighbours meet changes from epoch to epoch.
-
-    **Grouping.**  Taken in that order, an utterance joins the current batch while the
-    sampler's :class:`~espnet_dynres.core.batch_planner.BatchPlanner` (:attr:`planner`, the one
-    place that states the rules: clamp, budget, ``max_batch_size``, CTC minimum, ``batch_fill``)
-    admits it; validation batches (``shuffle=False``) by the planner's evaluation cost,
-    ``B × max(standard frame count) <= batch_bins``.  A batch is only closed once it holds
-    ``min_batch_size`` utterances (ESPnet passes the world size under DDP); the last
-    ``< min_batch_size`` utterances of an epoch take utterances from the batch before so that
-    both keep ``min_batch_size`` (a forced batch has at most ``2W - 1`` utterances).  Each batch
-    is then planned by :meth:`BatchPlanner.plan` (rule, lowered, padded; standard for validation).
-    With the policy's ``target_frame_rate_range_hz`` the batch being filled aims at its own drawn
-    rate (:meth:`FrameRatePolicy.batch_target_rates_hz`, from ``(seed, epoch)``).
-
-    **Oversized utterances.**  A batch still over ``batch_bins`` after lowering (an utterance over
-    it even at ``fallback_frame_rate_hz``, alone or in a forced batch) is named once in the plan's
-    summary line (``oversized="warn"``) or refused (``"error"``).
-
-    **Output.**  :meth:`planned_batches` gives the batches of an epoch as lhotse's samplers give
-    cuts: each a :class:`~espnet_dynres.core.batch_planner.PlannedBatch` of utterance ids (in
-    ``sort_in_batch`` order) and their :class:`~espnet_dynres.core.batch_planner.BatchPlan` (frames
-    per utterance and kind: rule, lowered, padded; standard for validation), in random order when
-    ``shuffle`` (else by length, ``sort_batch``).  The iterator hands each plan whole to the model,
-    so the ``dynres`` frontend computes exactly the plan.  Every utterance is in exactly one batch
-    of every epoch; the plan of an epoch depends only on ``(seed, epoch)`` and the shape file.
-    ``__iter__`` gives the ids of each batch of the epoch last set with :meth:`set_epoch`
-    (default 1), as ESPnet's samplers do.
+    Epoch ``e`` (1-based) sorts utterances by ``log(samples) + u``, ``u ~ Uniform(0, shuffle_jitter × log(max_rate /
+    min_rate))`` from ``default_rng([seed, e])``; :attr:`planner` (the batch rules, a
+    :class:`~espnet_dynres.core.batch_planner.BatchPlanner`) groups and plans them, each utterance in one batch.
 
     Args:
-        batch_bins: frame budget per batch, ``B × T`` (feature frames); under DDP
-            the global budget, as ESPnet's ``batch_bins`` (each of ``W`` ranks gets
-            ``ceil(B / W) × T`` frames at most).
-        shape_files: ESPnet shape files; the first gives samples per utterance.
-        policy: the frame-rate policy shared with the ``dynres`` frontend.
-        min_batch_size: smallest batch (the world size under DDP).
-        max_batch_size: largest batch (``None``: only the frame budget limits it).
-        sort_in_batch: "descending" (ESPnet's default) or "ascending".
-        sort_batch: "ascending" or "descending" order of batches by length when
-            ``shuffle`` is False.
-        drop_last: accepted for ESPnet compatibility; must be False (no
-            utterance is dropped).
-        utt2min_frames: optional fewest feature frames per utterance (CTC
-            safety, see :func:`espnet_dynres.core.ctc_minimum.min_feature_frames`).
-        seed: random seed (ESPnet's ``--seed``).
-        shuffle: redraw batches every epoch (training); False for validation.
-        shuffle_jitter: width of the random perturbation of log-duration, as a
-            fraction of ``log(max_frame_rate_hz / min_frame_rate_hz)`` (0 = sorted).
-        oversized: "warn" or "error" for an utterance over ``batch_bins`` alone.
-        batch_fill: "below" (close before the budget would be exceeded at the
-            rule's ``T``; default) or "nearest" (rule (e)).
+        batch_bins: frame budget per batch, ``B × T`` feature frames (under DDP the global budget).
+        shape_files, policy: ESPnet shape files (the first gives samples); the ``dynres`` frontend's policy.
+        min_batch_size, max_batch_size: smallest (the world size under DDP) and largest batch (``None``: no limit).
+        sort_in_batch, sort_batch: "ascending" or "descending" (batches: when ``shuffle`` is False).
+        drop_last, utt2min_frames: must be False; optional fewest feature frames per utterance (the CTC minimum).
+        seed, shuffle: ESPnet's ``--seed``; redraw batches every epoch (training) or not (validation).
+        shuffle_jitter: width of ``u`` as a fraction of ``log(max_rate / min_rate)`` (0 = sorted).
+        oversized, batch_fill: "warn"/"error" for an utterance over ``batch_bins`` alone; "below"/"nearest".
 
     Raises:
-        ValueError: ``batch_bins < 1``, ``max_batch_size < min_batch_size``,
-            ``drop_last=True``, bad sort/oversized/batch_fill options, a negative jitter, an
-            oversized utterance with ``oversized="error"`` (named, with the fix).
+        ValueError: ``batch_bins < 1``, ``max_batch_size < min_batch_size``, ``drop_last=True``, bad sort/oversized/
+            batch_fill options, a negative jitter, an oversized utterance with ``oversized="error"`` (named, with fix).
         RuntimeError: unreadable or inconsistent shape files.
     """
 
     @typechecked
-    def __init__(
-        self,
-        batch_bins: int,
-        shape_files: Sequence[str],
-        policy: FrameRatePolicy,
-        min_batch_size: int = 1,
-        max_batch_size: Optional[int] = None,
-        sort_in_batch: str = "descending",
-        sort_batch: str = "ascending",
-        drop_last: bool = False,
-        utt2min_frames: Optional[Dict[str, int]] = None,
-        seed: int = 0,
-        shuffle: bool = True,
-        shuffle_jitter: float = 0.5,
-        oversized: str = "warn",
-        batch_fill: str = "below",
-    ):
+    def __init__(self, batch_bins: int, shape_files: Sequence[str], policy: FrameRatePolicy, min_batch_size: int = 1,
+                 max_batch_size: Optional[int] = None, sort_in_batch: str = "descending", sort_batch: str = "ascending",
+                 drop_last: bool = False, utt2min_frames: Optional[Dict[str, int]] = None, seed: int = 0,
+                 shuffle: bool = True, shuffle_jitter: float = 0.5, oversized: str = "warn", batch_fill: str = "below"):
         if drop_last:
             raise ValueError("batch_type dynres never drops utterances: set drop_last_iter false")
         for name, value in (("sort_in_batch", sort_in_batch), ("sort_batch", sort_batch)):
@@ -116,10 +58,8 @@ class DynResBatchSampler(AbsSampler):
             raise ValueError(f"shuffle_jitter must be >= 0, got {shuffle_jitter}")
         self.min_batch_size = max(1, min_batch_size)
         if max_batch_size is not None and max_batch_size < self.min_batch_size:
-            raise ValueError(
-                f"max_batch_size={max_batch_size} is below min_batch_size={self.min_batch_size} "
-                "(the world size under DDP); raise max_batch_size."
-            )
+            raise ValueError(f"max_batch_size={max_batch_size} is below min_batch_size={self.min_batch_size} "
+                             "(the world size under DDP); raise max_batch_size.")
         self.batch_bins = batch_bins
         self.max_batch_size = max_batch_size
         self.shape_files = list(shape_files)
@@ -135,17 +75,13 @@ class DynResBatchSampler(AbsSampler):
         self._arguments = dict(
             shape_files=self.shape_files, policy=policy, min_batch_size=min_batch_size, max_batch_size=max_batch_size,
             sort_in_batch=sort_in_batch, sort_batch=sort_batch, utt2min_frames=utt2min_frames, seed=seed,
-            shuffle=shuffle, shuffle_jitter=shuffle_jitter, batch_fill=batch_fill,
-        )
-
+            shuffle=shuffle, shuffle_jitter=shuffle_jitter, batch_fill=batch_fill)
         self.utt2samples = read_speech_lengths(self.shape_files)
         self.keys: List[str] = list(self.utt2samples)
         samples = np.fromiter(self.utt2samples.values(), dtype=np.int64, count=len(self.keys))
         self._samples = samples.tolist()
         self._samples_arr = samples
         min_frames = None if utt2min_frames is None else [int(utt2min_frames.get(k, 1)) for k in self.keys]
-        # The one place that knows the batch rules (module espnet_dynres.core.batch_planner).
-        # It checks batch_bins and batch_fill (the same rules, stated once).
         self.planner = BatchPlanner(policy, samples, min_frames, batch_bins, max_batch_size, batch_fill,
                                     evaluation=not shuffle)
         self._log_samples = np.log(np.maximum(samples, 1).astype(np.float64))
@@ -155,14 +91,11 @@ class DynResBatchSampler(AbsSampler):
         self._pending: Dict[str, str] = {}  # oversized utterances of the plan being built -> their message
         self._below_clamp: Dict[int, int] = {}  # epoch -> utterances planned below the clamp
         self._logged_below_clamp: Optional[int] = None
-        # The smallest budget with every utterance alone inside the clamp (and its CTC minimum).
         self.min_batch_bins_in_clamp = self.planner.min_batch_bins_in_clamp(self.min_batch_size)
         self._plan(1)  # validate (oversized="error") at build time
 
-    # ------------------------------------------------------------- public
     def with_batch_bins(self, batch_bins: int) -> "DynResBatchSampler":
-        """The same sampler (shape files, policy, options) with another ``batch_bins`` and
-        ``oversized="warn"`` (for budget searches such as the audit's)."""
+        """This sampler with another ``batch_bins`` and ``oversized="warn"`` (for budget searches)."""
         return DynResBatchSampler(batch_bins=batch_bins, oversized="warn", **self._arguments)
 
     def set_epoch(self, epoch: int) -> None:
@@ -170,28 +103,23 @@ class DynResBatchSampler(AbsSampler):
         self.epoch = int(epoch)
 
     def planned_batches(self, epoch: int) -> List[PlannedBatch]:
-        """The batches of ``epoch``, each its utterance ids and their
-        :class:`~espnet_dynres.core.batch_planner.BatchPlan` (frames in the ids' order; ``STANDARD``
-        for validation, ``shuffle=False``); deterministic in ``(seed, epoch)``."""
+        """The batches of ``epoch`` (by ``seed``): ids and :class:`~espnet_dynres.core.batch_planner.BatchPlan`."""
         return list(self._plan(epoch))
 
     def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__name__}(N-batch={len(self)} (epoch {self.epoch}), batch_bins={self.batch_bins}, "
-            f"frame rates {self.policy.min_frame_rate_hz:g}-{self.policy.max_frame_rate_hz:g} Hz, "
-            f"shuffle={self.shuffle}, padded batches="
-            f"{sum(b.plan.kind is BatchKind.PADDED for b in self._plan(self.epoch))}, "
-            f"below_clamp={self._below_clamp[self.epoch]} utterances)"
-        )
+        return (f"{self.__class__.__name__}(N-batch={len(self)} (epoch {self.epoch}), batch_bins={self.batch_bins}, "
+                f"frame rates {self.policy.min_frame_rate_hz:g}-{self.policy.max_frame_rate_hz:g} Hz, "
+                f"shuffle={self.shuffle}, padded batches="
+                f"{sum(b.plan.kind is BatchKind.PADDED for b in self._plan(self.epoch))}, "
+                f"below_clamp={self._below_clamp[self.epoch]} utterances)")
 
     def __len__(self) -> int:
         return len(self._plan(self.epoch))
 
     def __iter__(self) -> Iterator[Tuple[str, ...]]:
-        """The utterance ids of each batch of the epoch set with :meth:`set_epoch` (ESPnet's sampler interface)."""
+        """The utterance ids of each batch of the epoch set with :meth:`set_epoch`."""
         return iter([b.keys for b in self._plan(self.epoch)])
 
-    # ------------------------------------------------------------ planning
     def _order(self, epoch: int) -> np.ndarray:
         if not self.shuffle or self.shuffle_jitter == 0:
             return self._sorted
@@ -201,7 +129,6 @@ class DynResBatchSampler(AbsSampler):
         return np.lexsort((np.arange(len(key)), key))
 
     def _name_oversized_valid(self, batch: List[int], plan: BatchPlan) -> None:
-        """A lone validation utterance over the budget at the standard rate is named (``oversized``)."""
         t = plan.num_frames
         if len(batch) == 1 and t > self.batch_bins:
             key = self.keys[batch[0]]
@@ -209,11 +136,9 @@ class DynResBatchSampler(AbsSampler):
                 key,
                 f"validation utterance {key} ({self._samples[batch[0]] / self.policy.fs:.1f} s) needs {t} frames at "
                 f"the standard rate, more than valid_batch_bins={self.batch_bins}",
-                "raise valid_batch_bins, split the recording, or set oversized: warn.",
-            )
+                "raise valid_batch_bins, split the recording, or set oversized: warn.")
 
     def _sort_members(self, groups: List[List[int]]) -> List[List[int]]:
-        """Each group's members by length (ascending; ties by file order), in one numpy sort."""
         sizes = np.array([len(g) for g in groups], dtype=np.int64)
         flat = np.fromiter((i for g in groups for i in g), dtype=np.int64, count=int(sizes.sum()))
         gid = np.repeat(np.arange(len(groups)), sizes)
@@ -223,37 +148,26 @@ class DynResBatchSampler(AbsSampler):
         return [flat_list[a:b] for a, b in zip([0] + bounds[:-1], bounds)]
 
     def _name_oversized(self, batch: List[int], t: int) -> None:
-        """Name the batch's longest utterance in the plan's summary (``oversized="warn"``) or refuse it
-        (``"error"``)."""
         fallback_lo = self.planner.lowest_at_fallback
         i = max(batch, key=lambda j: (int(fallback_lo[j]), self._samples[j]))
         key = self.keys[i]
         lowest = self.planner.lowest_frames(i)
         if len(batch) == 1:
-            message = (
-                f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {lowest} frames even at "
-                f"{self.policy.fallback_frame_rate_hz:g} Hz, more than batch_bins={self.batch_bins}"
-            )
+            message = (f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {lowest} frames even at "
+                       f"{self.policy.fallback_frame_rate_hz:g} Hz, more than batch_bins={self.batch_bins}")
         else:
-            message = (
-                f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {lowest} frames even at "
-                f"{self.policy.fallback_frame_rate_hz:g} Hz; in a batch of {len(batch)} (min_batch_size "
-                f"{self.min_batch_size}, the world size under DDP) that is {len(batch)} x {t} frames, more than "
-                f"batch_bins={self.batch_bins}"
-            )
+            message = (f"utterance {key} ({self._samples[i] / self.policy.fs:.1f} s) needs {lowest} frames even at "
+                       f"{self.policy.fallback_frame_rate_hz:g} Hz; in a batch of {len(batch)} (min_batch_size "
+                       f"{self.min_batch_size}, the world size under DDP) that is {len(batch)} x {t} frames, more than "
+                       f"batch_bins={self.batch_bins}")
         self._report_oversized(key, message, "raise batch_bins, split the recording, or set oversized: warn.")
 
     def _report_oversized(self, key: str, message: str, error_fix: str) -> None:
-        """``oversized="error"``: raise ``ValueError(message; error_fix)``; ``"warn"``: keep the
-        message for the plan's one summary line (:meth:`_summarize`)."""
         if self.oversized == "error":
             raise ValueError(f"{message}; {error_fix}")
         self._pending.setdefault(key, message)
 
     def _summarize(self, epoch: int, below_clamp: int) -> None:
-        """One log line per plan that needs one: how many utterances are over the budget (named,
-        up to :data:`SHOWN_OVERSIZED`, each once per run), how many are planned below the clamp,
-        and the smallest ``batch_bins`` that keeps every utterance inside it."""
         pending, self._pending = self._pending, {}
         new = [k for k in pending if k not in self._warned]
         self._warned.update(new)
@@ -269,16 +183,14 @@ class DynResBatchSampler(AbsSampler):
                 f"{below_clamp} of {len(self.keys)} utterances planned below the clamp (below_clamp: under "
                 f"min_frame_rate_hz={self.policy.min_frame_rate_hz:g}, down to fallback_frame_rate_hz="
                 f"{self.policy.fallback_frame_rate_hz:g} Hz); the smallest batch_bins that keeps every utterance "
-                f"inside the clamp is {self.min_batch_bins_in_clamp}."
-            )
+                f"inside the clamp is {self.min_batch_bins_in_clamp}.")
         if new:
             shown = "; ".join(pending[k] for k in new[:SHOWN_OVERSIZED])
             more = f"; and {len(new) - SHOWN_OVERSIZED} more" if len(new) > SHOWN_OVERSIZED else ""
             parts.append(
                 f"{len(new)} utterance(s) are over {budget} even at their lowest rate and are computed at it, each "
                 f"in a batch of its own (or of min_batch_size under DDP) (raise "
-                f"{budget} or split the recordings; oversized: error refuses them): {shown}{more}."
-            )
+                f"{budget} or split the recordings; oversized: error refuses them): {shown}{more}.")
             logging.warning(" ".join(parts))
         else:
             logging.info(" ".join(parts))

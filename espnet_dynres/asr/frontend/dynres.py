@@ -23,16 +23,14 @@ FRONTEND_KEYS = {f.name for f in dataclasses.fields(FrontendConfig) if f.init}
 
 
 class DynResFeatures(NamedTuple):
-    """What one :meth:`DynResFrontend.features` call computed, returned as values (no state kept).
+    """What one :meth:`DynResFrontend.features` call computed.
 
     Attributes:
         feats: ``(B, T_frames, n_mels)`` float32 log-mel, padded frames 0.
         feats_lengths: ``(B,)`` int64 frames per utterance before padding.
-        frame_rates_hz: ``(B,)`` float32 frame rate of each utterance in Hz in a training step;
-            ``None`` outside one (every utterance at the evaluation rate).
-        fallback: a training batch without a plan and without a common frame count, planned
-            by the frontend as the sampler plans such a batch (each utterance at its lowest rate,
-            padded).
+        frame_rates_hz: ``(B,)`` float32 Hz per utterance in a training step; ``None`` outside one.
+        fallback: a training batch without a plan and without a common frame count (each utterance at its
+            lowest rate, padded).
     """
 
     feats: torch.Tensor
@@ -44,19 +42,10 @@ class DynResFeatures(NamedTuple):
 class DynResFrontend(AbsFrontend):
     """Log-mel fbank whose training batches have one frame count and no padding.
 
-    Its options, their defaults and checks are :class:`~espnet_dynres.core.frontend_config.FrontendConfig`'s
-    (DefaultFrontend's parameters with DefaultFrontend's defaults, so an omitted key gives
-    DefaultFrontend's features; the rate keys of the frame-rate policy the sampler shares;
-    ``method``, ``resample_filterbank``, ``resample_grid_hz``: docs/frontend.md).
-
-    Modes: in a **training step** (``dynamic``, decided by ``model: dynres``'s step context, else
-    :meth:`is_dynamic`) every utterance gets the frames of the sampler's plan, or without one those
-    of :class:`~espnet_dynres.core.batch_planner.BatchPlanner` (no budget); a batch so planned
-    without a common frame count is a *fallback batch* (counted in ``num_fallback_batches``,
-    logged).  **Otherwise** (validation, decoding, collect-stats under ``no_grad``): ESPnet's
-    ``Stft`` + ``LogMel`` at the standard rate, identical to DefaultFrontend, or every utterance at
-    ``eval_frame_rate_hz`` when set.  Features are float32 with autocast off whatever the training
-    step's precision.
+    Options: :class:`~espnet_dynres.core.frontend_config.FrontendConfig` (docs/frontend.md).  In a training step
+    each utterance gets the plan's frames, or :class:`~espnet_dynres.core.batch_planner.BatchPlanner`'s (without a
+    common count: a logged *fallback batch*); otherwise DefaultFrontend's features at the standard rate (or at
+    ``eval_frame_rate_hz``).
 
     Raises:
         ValueError: an option :class:`FrontendConfig` refuses (named, with the fix).
@@ -64,34 +53,23 @@ class DynResFrontend(AbsFrontend):
 
     @typechecked
     def __init__(
-        self,
-        fs: Union[int, str] = FrontendConfig.fs,
-        n_fft: int = FrontendConfig.n_fft,
-        win_length: Optional[int] = FrontendConfig.win_length,
-        hop_length: int = FrontendConfig.hop_length,
-        window: Optional[str] = FrontendConfig.window,
-        n_mels: int = FrontendConfig.n_mels,
-        fmin: Optional[int] = FrontendConfig.fmin,
-        fmax: Optional[int] = FrontendConfig.fmax,
-        htk: bool = FrontendConfig.htk,
-        min_frame_rate_hz: Optional[float] = FrontendConfig.min_frame_rate_hz,
+        self, fs: Union[int, str] = FrontendConfig.fs, n_fft: int = FrontendConfig.n_fft,
+        win_length: Optional[int] = FrontendConfig.win_length, hop_length: int = FrontendConfig.hop_length,
+        window: Optional[str] = FrontendConfig.window, n_mels: int = FrontendConfig.n_mels,
+        fmin: Optional[int] = FrontendConfig.fmin, fmax: Optional[int] = FrontendConfig.fmax,
+        htk: bool = FrontendConfig.htk, min_frame_rate_hz: Optional[float] = FrontendConfig.min_frame_rate_hz,
         max_frame_rate_hz: Optional[float] = FrontendConfig.max_frame_rate_hz,
         fallback_frame_rate_hz: Optional[float] = FrontendConfig.fallback_frame_rate_hz,
         curriculum_epochs: int = FrontendConfig.curriculum_epochs,
         target_frame_rate_hz: Optional[float] = FrontendConfig.target_frame_rate_hz,
         eval_frame_rate_hz: Optional[float] = FrontendConfig.eval_frame_rate_hz,
         target_frame_rate_range_hz: Optional[Union[Sequence[float], float]] = FrontendConfig.target_frame_rate_range_hz,
-        method: str = FrontendConfig.method,
-        resample_filterbank: str = FrontendConfig.resample_filterbank,
-        resample_grid_hz: Optional[int] = FrontendConfig.resample_grid_hz,
-        center: bool = FrontendConfig.center,
-        normalized: bool = FrontendConfig.normalized,
-        onesided: bool = FrontendConfig.onesided,
-        frontend_conf: Optional[dict] = FrontendConfig.frontend_conf,
-        apply_stft: bool = FrontendConfig.apply_stft,
+        method: str = FrontendConfig.method, resample_filterbank: str = FrontendConfig.resample_filterbank,
+        resample_grid_hz: Optional[int] = FrontendConfig.resample_grid_hz, center: bool = FrontendConfig.center,
+        normalized: bool = FrontendConfig.normalized, onesided: bool = FrontendConfig.onesided,
+        frontend_conf: Optional[dict] = FrontendConfig.frontend_conf, apply_stft: bool = FrontendConfig.apply_stft,
     ):
-        """The options of :class:`~espnet_dynres.core.frontend_config.FrontendConfig` (its defaults;
-        the keyword arguments are named so that ESPnet's ``frontend_conf`` key check sees them)."""
+        """The options of :class:`~espnet_dynres.core.frontend_config.FrontendConfig`, named for ESPnet's key check."""
         super().__init__()
         config = FrontendConfig(**{k: v for k, v in locals().items() if k in FRONTEND_KEYS})
         self.config, self.policy = config, config.policy
@@ -101,7 +79,7 @@ class DynResFrontend(AbsFrontend):
         self._mel_options = config.mel_options
         self._resampled_logmels: Dict[int, LogMel] = {}
         self._resamplers: Dict[Tuple[int, str], torchaudio.transforms.Resample] = {}  # not submodules
-        # Standard-rate path: ESPnet's own modules, so eval output == DefaultFrontend.
+        # Standard rate: ESPnet's own modules (== DefaultFrontend).
         self.stft = Stft(n_fft=self.n_fft, win_length=self.win_length, hop_length=self.hop_length, center=True,
                          window=self.window, normalized=False, onesided=True)
         self.logmel = LogMel(fs=self.fs, **self._mel_options)
@@ -115,44 +93,29 @@ class DynResFrontend(AbsFrontend):
         """True when the next forward uses per-utterance frame rates (a training step)."""
         return self.training and torch.is_grad_enabled()
 
-    def features(
-        self, input: torch.Tensor, input_lengths: torch.Tensor, plan: Optional[BatchPlan] = None,
-        dynamic: Optional[bool] = None,
-    ) -> DynResFeatures:
-        """``self(input, input_lengths, plan, with_rates=True, dynamic=dynamic)`` (through
-        ``__call__``, so forward hooks see every call)."""
+    def features(self, input: torch.Tensor, input_lengths: torch.Tensor, plan: Optional[BatchPlan] = None,
+                 dynamic: Optional[bool] = None) -> DynResFeatures:
+        """:meth:`forward` with ``with_rates=True``, through ``__call__`` (so forward hooks see every call)."""
         return self(input, input_lengths, plan, with_rates=True, dynamic=dynamic)
 
-    def forward(
-        self,
-        input: torch.Tensor,
-        input_lengths: torch.Tensor,
-        plan: Optional[BatchPlan] = None,
-        with_rates: bool = False,
-        dynamic: Optional[bool] = None,
-    ) -> Union[Tuple[torch.Tensor, torch.Tensor], DynResFeatures]:
+    def forward(self, input: torch.Tensor, input_lengths: torch.Tensor, plan: Optional[BatchPlan] = None,
+                with_rates: bool = False, dynamic: Optional[bool] = None
+                ) -> Union[Tuple[torch.Tensor, torch.Tensor], DynResFeatures]:
         """Log-mel features, float32, computed with autocast off.
 
         Args:
-            input: speech ``(B, T_samples)`` float at ``fs`` Hz, zero-padded; outside a training
-                step also ``(B, T_samples, C)`` (DefaultFrontend's channel choice: the first in
-                ``eval()``, a random one in train mode).
+            input: speech ``(B, T_samples)`` float at ``fs`` Hz, zero-padded (``(B, T_samples, C)`` outside training).
             input_lengths: ``(B,)`` int64 samples before padding.
-            plan: the batch's plan from ``batch_type: dynres`` (batch key ``batch_plan``; its
-                frames, one per utterance, checked by
-                :func:`~espnet_dynres.core.batch_planner.check_plan`), used in a training step;
-                ``None``: the planner's rules for a batch without a plan.
+            plan: the ``batch_plan`` (checked by :func:`~espnet_dynres.core.batch_planner.check_plan`), or ``None``.
             with_rates: return :class:`DynResFeatures` instead of ``(feats, feats_lengths)``.
-            dynamic: a training step or not, as the caller decided; ``None``: :meth:`is_dynamic`
-                (the :class:`AbsFrontend` interface ESPnet's own models call).
+            dynamic: a training step or not; ``None``: :meth:`is_dynamic`.
 
         Returns:
             ``(feats (B, T_frames, n_mels) float32 natural-log mel power with padded frames 0,
             feats_lengths (B,) int64)``, or with ``with_rates`` a :class:`DynResFeatures`.
 
         Raises:
-            ValueError: multi-channel input in a training step (down-mix the data), an input that
-                is neither 2-D nor 3-D, NaN/inf samples, or a plan this policy cannot produce.
+            ValueError: multi-channel input in training, input neither 2-D nor 3-D, NaN/inf, or an impossible plan.
         """
         dynamic = self.is_dynamic() if dynamic is None else dynamic
         with torch.autocast(device_type=input.device.type, enabled=False):
@@ -162,22 +125,18 @@ class DynResFrontend(AbsFrontend):
     def _features(self, input: torch.Tensor, input_lengths: torch.Tensor, plan: Optional[BatchPlan],
                   dynamic: bool) -> DynResFeatures:
         if input.dim() == 3 and not dynamic:
-            # (B, T_samples, C) -> (B, T_samples): DefaultFrontend's channel choice (its STFT is per channel).
+            # (B, T_samples, C) -> (B, T_samples): DefaultFrontend's channel choice.
             ch = int(np.random.randint(input.size(2))) if self.training else 0
             input = input[:, :, ch]
         if input.dim() != 2:
             raise ValueError(
-                f"frontend dynres: speech of shape {tuple(input.shape)}"
-                + (" in a training step" if dynamic else "")
+                f"frontend dynres: speech of shape {tuple(input.shape)}" + (" in a training step" if dynamic else "")
                 + "; it takes mono (B, T_samples) (multi-channel (B, T_samples, C) only outside a training step). "
                 "Down-mix or pick one channel when preparing the data (e.g. `sox in.wav -c 1 "
-                "out.wav`, or recipe stage 3)."
-            )
+                "out.wav`, or recipe stage 3).")
         assert input_lengths.dim() == 1 and input_lengths.numel() == input.size(0), (
-            f"speech_lengths must be (B,)={input.size(0)}, got {tuple(input_lengths.shape)}"
-        )
-        # NaN/inf samples are refused; short inputs (even 0 samples) are reflected/zero-padded as
-        # DefaultFrontend does, so decoding writes a hypothesis for every utterance.
+            f"speech_lengths must be (B,)={input.size(0)}, got {tuple(input_lengths.shape)}")
+        # NaN/inf refused; short inputs (even 0 samples) padded as DefaultFrontend, so decoding never skips one.
         features.check_speech_batch(input, input_lengths, min_samples=0)
         if dynamic:
             feats_lengths, fallback = self.frame_counts(input_lengths, plan)
@@ -194,12 +153,8 @@ class DynResFrontend(AbsFrontend):
         feats, _ = self.logmel(power, feats_lengths)
         return DynResFeatures(feats, feats_lengths, None, False)
 
-    def frame_counts(
-        self, input_lengths: torch.Tensor, plan: Optional[BatchPlan] = None
-    ) -> Tuple[torch.Tensor, bool]:
-        """``(feats_lengths (B,) int64, fallback)`` for a training step: the ``plan``'s frames
-        (checked; never a fallback batch), else the planner's for ``input_lengths`` ``(B,)`` samples
-        (a fallback batch: its ``PADDED`` plan).
+    def frame_counts(self, input_lengths: torch.Tensor, plan: Optional[BatchPlan] = None) -> Tuple[torch.Tensor, bool]:
+        """``(feats_lengths (B,) int64, fallback)``: the ``plan``'s frames, else the planner's ``(B,)`` samples.
 
         Raises:
             ValueError: a plan of the wrong size, or one this policy cannot produce.
@@ -211,13 +166,10 @@ class DynResFrontend(AbsFrontend):
         plan = BatchPlanner.for_batch(self.policy, lengths).plan_batch()
         return torch.tensor(plan.frames, dtype=torch.long, device=input_lengths.device), plan.kind is BatchKind.PADDED
 
-    def dynamic_logmel(
-        self, speech: torch.Tensor, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Features at ``feats_lengths`` ``(B,)`` frames per utterance by ``method``
-        (:func:`~espnet_dynres.core.features.hop_logmel` or
-        :func:`~espnet_dynres.core.features.resample_logmel`): feats ``(B, max(feats_lengths),
-        n_mels)`` and the frame rates ``(B,)`` Hz."""
+    def dynamic_logmel(self, speech: torch.Tensor, speech_lengths: torch.Tensor, feats_lengths: torch.Tensor
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Feats ``(B, max(feats_lengths), n_mels)`` at ``feats_lengths`` ``(B,)`` frames by ``method``, and the
+        frame rates ``(B,)`` Hz (:mod:`espnet_dynres.core.features`)."""
         device = speech.device
         if self.method == "hop":
             return features.hop_logmel(self.policy, speech, speech_lengths, feats_lengths, self._window(device),
@@ -228,13 +180,11 @@ class DynResFrontend(AbsFrontend):
                                         logmel_at)
 
     def resampler(self, fs_new: int, device: torch.device) -> torchaudio.transforms.Resample:
-        """``fs -> fs_new`` windowed-sinc resampler (``sinc_interp_hann``), built once and kept (not a
-        registered submodule: nothing of it goes into checkpoints)."""
+        """``fs -> fs_new`` ``sinc_interp_hann`` resampler, cached (not a submodule, not in checkpoints)."""
         key = (int(fs_new), str(device))
         if key not in self._resamplers:
-            self._resamplers[key] = torchaudio.transforms.Resample(
-                self.fs, int(fs_new), resampling_method="sinc_interp_hann"
-            ).to(device)
+            self._resamplers[key] = torchaudio.transforms.Resample(self.fs, int(fs_new),
+                                                                   resampling_method="sinc_interp_hann").to(device)
         return self._resamplers[key]
 
     def _logmel_at(self, fs_new: int, device: torch.device) -> LogMel:
@@ -254,5 +204,4 @@ class DynResFrontend(AbsFrontend):
         logging.warning(
             f"dynres frontend: batch of {len(secs)} utterances ({min(secs):.2f}-{max(secs):.2f} s) has no "
             f"common frame count down to {self.policy.fallback_frame_rate_hz:g} Hz; each utterance computed at its "
-            f"lowest rate, padded to the longest (fallback batch #{self.num_fallback_batches})."
-        )
+            f"lowest rate, padded to the longest (fallback batch #{self.num_fallback_batches}).")

@@ -23,58 +23,33 @@ def _pair(value, name: str) -> Tuple:
 class DynResSpecAug(AbsSpecAug):
     """SpecAugment for dynamic-resolution batches.
 
-    Same keys as ESPnet's ``SpecAug``.  Widths given in frames
-    (``time_mask_width_range``, ``time_warp_window``) are frames **at the
-    standard frame rate** (the frontend's ``fs / hop_length``); for an
-    utterance computed at ``r`` Hz they are scaled by ``r / standard rate``
-    (rounded), so a mask covers the same seconds (±1 frame) at 70, 100 or
-    130 Hz.  The ratios ``r / standard rate`` are an argument of
-    :meth:`forward` (``frame_rate_ratios``), passed by ``model: dynres``
-    from the ``dynres`` frontend's output; without them (standard rate,
-    another frontend) the scale is 1 and this equals ESPnet's ``SpecAug``
-    up to random draws.  Ratio widths (``time_mask_width_ratio_range``) are a
-    fraction of each utterance and so already rate-invariant; they are passed
-    to ESPnet's own module.  Frequency masks do not depend on the frame rate.
-
-    Inputs: ``feats (B, T_frames, n_mels)``, ``feats_lengths (B,)`` int64.
-    Short inputs are never an error: a mask is clipped to the utterance and the
-    warp is skipped when ``T_frames <= 2 × window`` (as ESPnet's time warp does).
+    Same keys as ESPnet's ``SpecAug``.  Frame widths (``time_mask_width_range``, ``time_warp_window``) are
+    frames at the standard frame rate (``fs / hop_length``), scaled per utterance by ``frame_rate_ratios``
+    (rounded), so a mask covers the same seconds; without ratios this is ESPnet's ``SpecAug``.  Short inputs
+    are never an error (masks clipped, warp skipped when ``T_frames <= 2 × window``).
 
     Raises:
         ValueError: nothing to apply, both time-mask kinds given, bad ranges.
     """
 
     @typechecked
-    def __init__(
-        self,
-        apply_time_warp: bool = True,
-        time_warp_window: int = 5,
-        time_warp_mode: str = "bicubic",
-        apply_freq_mask: bool = True,
-        freq_mask_width_range: Union[int, Sequence[int]] = (0, 20),
-        num_freq_mask: int = 2,
-        apply_time_mask: bool = True,
-        time_mask_width_range: Optional[Union[int, Sequence[int]]] = None,
-        time_mask_width_ratio_range: Optional[Union[float, Sequence[float]]] = None,
-        num_time_mask: int = 2,
-        replace_with_zero: bool = True,
-    ):
+    def __init__(self, apply_time_warp: bool = True, time_warp_window: int = 5, time_warp_mode: str = "bicubic",
+                 apply_freq_mask: bool = True, freq_mask_width_range: Union[int, Sequence[int]] = (0, 20),
+                 num_freq_mask: int = 2, apply_time_mask: bool = True,
+                 time_mask_width_range: Optional[Union[int, Sequence[int]]] = None,
+                 time_mask_width_ratio_range: Optional[Union[float, Sequence[float]]] = None, num_time_mask: int = 2,
+                 replace_with_zero: bool = True):
         if not (apply_time_warp or apply_freq_mask or apply_time_mask):
             raise ValueError("specaug dynres: enable at least one of time warp, freq mask, time mask")
         if apply_time_mask and (time_mask_width_range is None) == (time_mask_width_ratio_range is None):
-            raise ValueError(
-                "specaug dynres: give exactly one of time_mask_width_range (frames at the standard rate) "
-                "or time_mask_width_ratio_range (fraction of the utterance)"
-            )
+            raise ValueError("specaug dynres: give exactly one of time_mask_width_range (frames at the standard rate) "
+                             "or time_mask_width_ratio_range (fraction of the utterance)")
         super().__init__()
         self.apply_time_warp = apply_time_warp
         self.time_warp_window = time_warp_window
         self.time_warp_mode = time_warp_mode
-        self.freq_mask = (
-            MaskAlongAxis(dim="freq", mask_width_range=freq_mask_width_range, num_mask=num_freq_mask,
-                          replace_with_zero=replace_with_zero)
-            if apply_freq_mask else None
-        )
+        self.freq_mask = (MaskAlongAxis(dim="freq", mask_width_range=freq_mask_width_range, num_mask=num_freq_mask,
+                                        replace_with_zero=replace_with_zero) if apply_freq_mask else None)
         self.time_mask_width_range = None
         self.time_mask_ratio = None
         if apply_time_mask and time_mask_width_range is not None:
@@ -82,27 +57,18 @@ class DynResSpecAug(AbsSpecAug):
         elif apply_time_mask:
             self.time_mask_ratio = MaskAlongAxisVariableMaxWidth(
                 dim="time", mask_width_ratio_range=time_mask_width_ratio_range, num_mask=num_time_mask,
-                replace_with_zero=replace_with_zero,
-            )
+                replace_with_zero=replace_with_zero)
         self.num_time_mask = num_time_mask
         self.replace_with_zero = replace_with_zero
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        x_lengths: Optional[torch.Tensor] = None,
-        frame_rate_ratios: Optional[torch.Tensor] = None,
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, x_lengths: Optional[torch.Tensor] = None,
+                frame_rate_ratios: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """Time warp, frequency masks and time masks, frame widths scaled per utterance.
 
         Args:
-            x: feats ``(B, T_frames, n_mels)``.
+            x: feats ``(B, T_frames, n_mels)``; returned augmented, with ``x_lengths``.
             x_lengths: ``(B,)`` int64 frames before padding (``None``: all ``T_frames``).
-            frame_rate_ratios: ``(B,)`` float, each utterance's frame rate divided by
-                the standard rate (``None``: all 1, ESPnet's ``SpecAug``).
-
-        Returns:
-            augmented feats ``(B, T_frames, n_mels)`` and ``x_lengths``.
+            frame_rate_ratios: ``(B,)`` float, frame rate / standard rate (``None``: all 1).
 
         Raises:
             ValueError: ``frame_rate_ratios`` not of shape ``(B,)`` or not positive.
@@ -114,10 +80,8 @@ class DynResSpecAug(AbsSpecAug):
         if frame_rate_ratios is None:
             ratio = torch.ones(batch, device=x.device)
         elif frame_rate_ratios.shape != (batch,) or not bool((frame_rate_ratios > 0).all()):
-            raise ValueError(
-                f"specaug dynres: frame_rate_ratios must be (B,)=({batch},) positive values, got shape "
-                f"{tuple(frame_rate_ratios.shape)}; pass the dynres frontend's rates / its standard rate."
-            )
+            raise ValueError(f"specaug dynres: frame_rate_ratios must be (B,)=({batch},) positive values, got shape "
+                             f"{tuple(frame_rate_ratios.shape)}; pass the dynres frontend's rates / its standard rate.")
         else:
             ratio = frame_rate_ratios.to(device=x.device, dtype=torch.float32)  # (B,)
         if self.apply_time_warp:
@@ -142,7 +106,6 @@ class DynResSpecAug(AbsSpecAug):
     def _time_mask(self, x, x_lengths, ratio):
         batch, t_max = x.shape[0], x.shape[1]
         low, high = self.time_mask_width_range
-        # Widths drawn in standard-rate frames, scaled to each utterance's rate.
         width_std = torch.randint(int(low), int(high) + 1, (batch, self.num_time_mask), device=x.device)
         width = torch.round(width_std.float() * ratio[:, None]).long()  # (B, num_mask)
         lengths = x_lengths.to(x.device)[:, None]  # (B, 1)
