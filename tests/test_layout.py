@@ -97,13 +97,18 @@ BELOW_GLUE = ("espnet_dynres.core", "espnet_dynres.asr", "espnet_dynres.samplers
 ESPNET_TASK_AND_TRAINER = ("espnet2.tasks", "espnet2.train.trainer")
 
 
-def test_only_glue_imports_espnets_task_and_trainer_and_nothing_below_it_imports_glue():
+def imports_of(layers: Tuple[str, ...]) -> Iterator[Tuple[str, str]]:
+    """``(module, imported name)`` for every import of every module in ``layers``."""
     for module, path in modules().items():
-        if not module.startswith(BELOW_GLUE):
-            continue
-        for name, _ in imports(path, module):
-            assert not name.startswith("espnet_dynres.glue"), f"{module} imports {name} (the glue sits above it)"
-            assert not name.startswith(ESPNET_TASK_AND_TRAINER), f"{module} imports {name} (only glue/ may)"
+        if module.startswith(layers):
+            for name, _ in imports(path, module):
+                yield module, name
+
+
+def test_only_glue_imports_espnets_task_and_trainer_and_nothing_below_it_imports_glue():
+    for module, name in imports_of(BELOW_GLUE):
+        assert not name.startswith("espnet_dynres.glue"), f"{module} imports {name} (the glue sits above it)"
+        assert not name.startswith(ESPNET_TASK_AND_TRAINER), f"{module} imports {name} (only glue/ may)"
 
 
 def test_the_layout_test_can_fail(tmp_path):
@@ -120,8 +125,5 @@ TOOLS = ("espnet_dynres.batch_audit", "espnet_dynres.bin")
 
 def test_training_imports_no_tool():
     """What training runs (the glue and every layer below it) never imports the audit or a command-line tool."""
-    for module, path in modules().items():
-        if not module.startswith(TRAINING_LAYERS):
-            continue
-        for name, _ in imports(path, module):
-            assert not name.startswith(TOOLS), f"{module} imports {name} (a tool; training must not need it)"
+    for module, name in imports_of(TRAINING_LAYERS):
+        assert not name.startswith(TOOLS), f"{module} imports {name} (a tool; training must not need it)"
