@@ -145,14 +145,14 @@ if [ "${mode}" = longtail_finetune ]; then
     if ${dry_run}; then  # the code paths on any machine: a handful of utterances, 1 epoch, seed 0
         read -r -a seeds <<< "${SEEDS:-0}"
         digits_sizes=(--num_train 24 --num_dev 6 --num_test 4); lt_sizes=(--num_train 8 --num_dev 3 --num_test 3)
-        ngpu=0; epochs=1; threads=1
+        ngpu=0; epochs=1; threads=1; protocol=(--nonstandard_protocol)  # 1 epoch of the 5-epoch configs
     else
         digits_sizes=(--num_train 3000); lt_sizes=(--num_train 320)
-        ngpu=1; epochs=5; threads=1
+        ngpu=1; epochs=5; threads=1; protocol=()
     fi
     arm_args=(); for a in "${arms[@]}"; do arm_args+=(--arm "${a}"); done
     tta() { "${py}" benchmarks/time_to_accuracy.py --recipe_dir "${recipe}" --ngpu "${ngpu}" --threads "${threads}" \
-                --max_epoch "${epochs}" "$@"; }
+                --max_epoch "${epochs}" ${protocol[@]+"${protocol[@]}"} "$@"; }
     stamp() { echo "run_gpu_benchmark: $(date +%T) $*"; }
     # Stock models: given, or the recipe's numel model of each seed trained here on the digits corpus.
     stock=${STOCK_DIR:-}

@@ -23,6 +23,12 @@ wall-clock figures are measured under the same machine load.  Then, per arm and 
 * the peak resident memory of its training and of its decoding: the largest process of each
   stage's process tree (``os.wait4``'s ``ru_maxrss``; ``<tag>.memory.json`` in ``--out_dir``).
 
+Each arm trains as ``run.sh`` trains its config (its ``max_epoch``, full passes, ESPnet's average of
+the ``keep_nbest_models`` best epochs, which the report lists per seed): an option that would train
+or choose checkpoints otherwise (:func:`training_protocol`; short epochs by
+``--num_iters_per_epoch``, say) is refused unless ``--nonstandard_protocol`` is given, and the
+report's first lines state each arm's protocol.
+
 Usage (CPU, the recipe's data in ``--datadir``/``--dumpdir``/``--expdir``, stats from stage 10)::
 
     python benchmarks/time_to_accuracy.py --recipe_dir egs2/fsdd_digits/asr1 \\
@@ -75,6 +81,67 @@ def _load(name: str):
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+# Training options that decide the batches' order, the checkpoints or the averaged model: the config sets them for
+# run.sh; given in --asr_args with another value, the study trains otherwise (training_protocol).
+PROTOCOL_KEYS = ("num_iters_per_epoch", "keep_nbest_models", "best_model_criterion", "nbest_averaging_interval",
+                 "patience", "early_stopping_criterion")
+
+
+def training_protocol(config: Path, max_epoch: Optional[int], asr_args: str, decode: bool = True) -> dict:
+    """How an arm trains, against how ``run.sh`` trains its config.
+
+    Returns the config's ``max_epoch``, ``keep_nbest_models`` and :data:`PROTOCOL_KEYS` with
+    ``--max_epoch`` and ``--asr_args`` applied, and two lists of strings:
+
+    * ``deviations``: what makes the run not ``run.sh``'s: a :data:`PROTOCOL_KEYS` option given
+      another value than the config's (``--num_iters_per_epoch`` orders the batches otherwise:
+      ESPnet seeds pass ``k``'s shuffle with ``seed + k`` counting from 0 instead of 1), or
+      another ``max_epoch`` while the averaged model is decoded;
+    * ``notes``: another ``max_epoch`` with ``decode=False``: each epoch is ``run.sh``'s epoch
+      of the same number, only fewer or more of them.
+
+    Raises:
+        SystemExit: neither the config nor ``max_epoch`` sets the number of epochs.
+    """
+    conf = yaml.safe_load(Path(config).read_text()) or {}
+    protocol = {k: conf[k] for k in ("max_epoch", "keep_nbest_models", *PROTOCOL_KEYS) if k in conf}
+    deviations, notes = [], []
+    if max_epoch is not None and max_epoch != conf.get("max_epoch"):
+        text = f"max_epoch {max_epoch} (config: {conf.get('max_epoch')})"
+        (notes if not decode else deviations).append(text + ("" if decode else ": run.sh's first epochs"))
+        protocol["max_epoch"] = max_epoch
+    if protocol.get("max_epoch") is None:
+        raise SystemExit(f"{config} sets no max_epoch: set it there or pass --max_epoch")
+    extra = shlex.split(asr_args)
+    for i, token in enumerate(extra[:-1]):
+        if token.startswith("--") and token[2:] in PROTOCOL_KEYS:
+            value = yaml.safe_load(extra[i + 1])
+            if value != conf.get(token[2:]):
+                deviations.append(f"{token[2:]} {extra[i + 1]} (config: {conf.get(token[2:])})")
+            protocol[token[2:]] = value
+    return {**protocol, "deviations": deviations, "notes": notes}
+
+
+def averaged_epochs(exp_dir: Path, keep_nbest: Optional[int]) -> Optional[List[int]]:
+    """The epochs averaged into ``valid.acc.ave.pth`` of a finished run, from the checkpoints ESPnet kept.
+
+    ESPnet keeps the ``keep_nbest_models`` best epochs and the last one, and averages the best
+    ones (one criterion): ``keep_nbest`` files, or ``keep_nbest + 1`` with the last not among the
+    averaged.  ``None`` when that cannot be told (fewer epochs than ``keep_nbest``, where ESPnet
+    takes the single best, other files).
+    """
+    kept = sorted(int(f.name[:-len("epoch.pth")]) for f in exp_dir.glob("*epoch.pth")
+                  if f.name[:-len("epoch.pth")].isdigit())
+    last = finished_epochs(exp_dir)
+    if kept == [1] and last == 1:  # one epoch: that checkpoint is the model
+        return [1]
+    if not keep_nbest or not kept or kept[-1] != last or last < keep_nbest:
+        return None
+    if len(kept) == keep_nbest:
+        return kept
+    return kept[:-1] if len(kept) == keep_nbest + 1 else None
 
 
 def arm_tag(args, arm: str, seed: int) -> str:
@@ -279,7 +346,8 @@ def record_memory(args, tag: str, what: str, peak_kib: int) -> None:
 def train_arm(args, arm: str, config: Path, seed: int) -> None:
     tag = arm_tag(args, arm, seed)
     exp_dir = args.expdir / f"asr_{tag}"
-    if not args.retrain and finished_epochs(exp_dir) >= args.max_epoch:
+    max_epoch = args.protocols[arm]["max_epoch"]
+    if not args.retrain and finished_epochs(exp_dir) >= max_epoch:
         print(f"[{tag}] {finished_epochs(exp_dir)} epochs already in {exp_dir}: not trained again", flush=True)
         return
     if exp_dir.exists():
@@ -288,7 +356,7 @@ def train_arm(args, arm: str, config: Path, seed: int) -> None:
     stop = threading.Event()
     copier = threading.Thread(target=copy_epoch_checkpoints, args=(exp_dir, stop), daemon=True)
     copier.start()
-    asr_args = f"--seed {seed} --max_epoch {args.max_epoch} {args.asr_args}".strip()
+    asr_args = f"--seed {seed} --max_epoch {max_epoch} {args.asr_args}".strip()
     print(f"[{tag}] training {config} ({asr_args})", flush=True)
     memory_file(args, tag).unlink(missing_ok=True)
     try:
@@ -373,6 +441,7 @@ def at_wallclock_entry(args, arm: str, seed: int, entry: dict, reference: Tuple[
             "test": parse_wer(score_dir(args, tag, model=AT_WALLCLOCK_MODEL)),
             "test_sets": parse_test_sets(args, tag, AT_WALLCLOCK_MODEL),
             "batches_per_epoch": entry.get("batches_per_epoch"), "evaluation_of": tag,
+            "protocol": entry.get("protocol"),
             "checkpoint_epoch": row["epoch"], "checkpoint_wall_sec": row["wall_sec"],
             "reference_wall_sec": ref_wall, "reference_arm": ref_arm,
             "train_peak_rss_gib": entry.get("train_peak_rss_gib"), "decode_peak_rss_gib": None}
@@ -490,21 +559,21 @@ def report(args, arms: Dict[str, Path]) -> dict:
         extra = shlex.split(args.asr_args)
         batch_type = (extra[extra.index("--batch_type") + 1] if "--batch_type" in extra[:-1]
                       else (yaml.safe_load(Path(config).read_text()) or {}).get("batch_type"))
-        iters = (int(extra[extra.index("--num_iters_per_epoch") + 1])
-                 if "--num_iters_per_epoch" in extra[:-1] else None)
+        protocol = args.protocols[arm]
+        iters, max_epoch = protocol.get("num_iters_per_epoch"), protocol["max_epoch"]
         for seed in args.seeds:
             # ESPnet's samplers give the same batches every epoch: one audit. The dynres plan is redrawn
             # from (seed, epoch) and, under curriculum_epochs, cheaper in the first epochs: audit each.
             # Under --num_iters_per_epoch an "epoch" is that many steps of the passes over the data.
             if batch_type == "dynres":
                 audits, total = [], 0
-                while len(audits) < args.max_epoch or (iters and total < iters * args.max_epoch):
+                while len(audits) < max_epoch or (iters and total < iters * max_epoch):
                     audits.append(encoder_frames_per_epoch(args, config, len(audits) + 1, seed))
                     total += audits[-1]["batches"]
             else:
-                audits = [encoder_frames_per_epoch(args, config, seed=seed)] * args.max_epoch
+                audits = [encoder_frames_per_epoch(args, config, seed=seed)] * max_epoch
             per_epoch = ([a["frames"] for a in audits] if iters is None
-                         else sub_epoch_frames(audits, iters, args.max_epoch))
+                         else sub_epoch_frames(audits, iters, max_epoch))
             tag = arm_tag(args, arm, seed)
             exp_dir = args.expdir / f"asr_{tag}"
             run = tc.read_run(tag, exp_dir)
@@ -520,6 +589,8 @@ def report(args, arms: Dict[str, Path]) -> dict:
             results["arms"].setdefault(arm, {})[seed] = {"epochs": rows, "test": parse_wer(score_dir(args, tag)),
                                                          "test_sets": parse_test_sets(args, tag),
                                                          "batches_per_epoch": audits[0]["batches"],
+                                                         "protocol": protocol, "averaged_epochs": averaged_epochs(
+                                                             exp_dir, protocol.get("keep_nbest_models")),
                                                          "train_peak_rss_gib": memory.get("train_peak_rss_gib"),
                                                          "decode_peak_rss_gib": memory.get("decode_peak_rss_gib")}
     for name, (base, rate_hz) in parse_eval_rate_variants(getattr(args, "eval_rate_variant", []), arms).items():
@@ -585,6 +656,7 @@ def eval_rate_variant_entry(args, vm, name: str, base_entry: dict, base_tag: str
         print(f"[{tag}] epoch {row['epoch']}: {rows[-1]}", flush=True)
     return {"epochs": rows, "test": parse_wer(score_dir(args, tag)), "test_sets": parse_test_sets(args, tag),
             "batches_per_epoch": base_entry.get("batches_per_epoch"), "evaluation_of": base_tag,
+            "protocol": base_entry.get("protocol"),
             "train_peak_rss_gib": base_entry.get("train_peak_rss_gib"), "decode_peak_rss_gib": None}
 
 
@@ -719,10 +791,34 @@ def seed_means(results: dict) -> Dict[str, List[dict]]:
     return out
 
 
+def protocol_lines(results: dict) -> List[str]:
+    """The report's first lines: per arm, each :func:`training_protocol` its seeds trained under."""
+    lines = []
+    for arm, seeds in results["arms"].items():
+        groups: List[Tuple[Optional[dict], List[str]]] = []
+        for seed, entry in seeds.items():
+            p = entry.get("protocol")
+            if all(g[0] != p for g in groups):
+                groups.append((p, []))
+            next(g for g in groups if g[0] == p)[1].append(str(seed))
+        for p, listed in groups:
+            where = f"`{arm}`, seed{'s' if len(listed) > 1 else ''} {', '.join(listed)}"
+            if p is None:
+                lines.append(f"- {where}: protocol not recorded (a report from before the tool recorded it)")
+                continue
+            said = "; ".join(p["deviations"] + p["notes"]) or "as run.sh trains its config"
+            state = "**not run.sh's protocol**" if p["deviations"] else "protocol"
+            lines.append(f"- {where}: {state}: {said} (max_epoch {p['max_epoch']}, keep_nbest_models "
+                         f"{p.get('keep_nbest_models', '—')}, "
+                         f"num_iters_per_epoch {p.get('num_iters_per_epoch', '—')})")
+    return lines + [""]
+
+
 def markdown(results: dict) -> str:
     rule = results.get("target_rule", "best")
     described = {"best": "the best valid", "last_two_mean": "the mean of the last two epochs' valid"}[rule]
-    lines = [f"Target: {described} `{results['metric']}` of `{results['target_arm']}` in the same seed "
+    lines = protocol_lines(results) + [
+             f"Target: {described} `{results['metric']}` of `{results['target_arm']}` in the same seed "
              f"(rule `{rule}`); the last column: where its single best epoch is first reached.", "",
              "| arm | seed | target | reached at epoch | wall-clock s | steps | × target arm's time | test WER % (S/D/I) "
              "| wall-clock s, last epoch | encoder input frames / epoch | peak RSS GiB, training / decoding "
@@ -963,9 +1059,12 @@ def get_parser() -> argparse.ArgumentParser:
                    help="the target the reference arm's curve sets (see target_value); its single best epoch is "
                         "reported as well")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--max_epoch", type=int, default=5)
+    p.add_argument("--max_epoch", type=int, default=None, help="default: each config's max_epoch (as run.sh)")
     p.add_argument("--asr_args", default="", help="extra training arguments for every arm (with "
                    "--num_iters_per_epoch N an epoch is N steps: its frames are counted so)")
+    p.add_argument("--nonstandard_protocol", action="store_true",
+                   help="train otherwise than run.sh (training_protocol: short epochs, another checkpoint choice, "
+                        "another max_epoch with decoding); the report says so")
     p.add_argument("--at_wallclock_of", default=None, metavar="REPORT.json:ARM",
                    help="also evaluate every arm at ARM's training wall-clock in the same seed, taken from an earlier "
                         "report (e.g. speed perturbation at the main job's training time): the epoch checkpoint "
@@ -1064,6 +1163,13 @@ def main(argv=None) -> int:
         if not sep or not name or not Path(path).is_file():
             raise SystemExit(f"--arm needs name=existing_config.yaml, got {spec!r}")
         arms[name] = Path(path)
+    args.protocols = {arm: training_protocol(cfg, args.max_epoch, args.asr_args, decode=not args.skip_decode)
+                      for arm, cfg in arms.items()}
+    deviating = {arm: p["deviations"] for arm, p in args.protocols.items() if p["deviations"]}
+    if deviating and not args.nonstandard_protocol:
+        raise SystemExit("these arms would train otherwise than run.sh trains their config: "
+                         + "; ".join(f"{arm}: {', '.join(d)}" for arm, d in deviating.items())
+                         + ". Drop those options, or pass --nonstandard_protocol to measure it so (the report says so)")
     args.target_arm = args.target_arm or next(iter(arms))
     if args.target_arm not in arms:
         raise SystemExit(f"--target_arm {args.target_arm!r} is not one of the arms {list(arms)}")

@@ -74,12 +74,32 @@ def test_goals_per_seed_and_in_the_mean_with_the_interval(tmp_path):
     assert unscored["per_seed"][1][2] is None and unscored["mean"]["seeds"] == 1
     clean = rows["clean: CSP at most A + 0.3"]
     assert clean["per_seed"][0] == (1.5, pytest.approx(2.3), True)
+    assert rows["clean: CSP better than SP"]["per_seed"][1] == (1.5, 2.0, True)
+
+
+def test_speed_perturbation_pairs_alone_give_the_on_top_of_sp_goals(tmp_path):
+    """SP and CSP trained as run.sh does, no A, C or SP@C: the goals those two arms decide, over their seeds."""
+    goals = load_script(SCRIPT)
+    files = [write(tmp_path, f"seed{s}", {"SP": {str(s): entry([1.0 + s, 3, 3, 3, 3, 2, 2], epochs=5)},
+                                         "CSP": {str(s): entry([0.5 + 2 * s, 2, 2, 2, 2, 1, 1], epochs=5)}})
+             for s in (0, 1, 2)]
+    table = goals.table_of(goals.merge_results(files, None, "last_two_mean"))
+    rows = {r["goal"]: r for r in goals.goals(table, [])}
+    assert set(rows) == {"6 perturbed: CSP better than SP", "clean: CSP better than SP", "wall-clock CSP / SP at most 1.05×",
+                         "(for reference) training time without validation CSP / SP at most 1.05×"}
+    clean = rows["clean: CSP better than SP"]
+    assert [clean["per_seed"][s][2] for s in (0, 1, 2)] == [True, False, False]  # 0.5/1, 2.5/2, 4.5/3
+    assert clean["mean"]["mean"] == pytest.approx(0.5) and not clean["met_in_mean"] and not clean["shown"]
+    assert rows["6 perturbed: CSP better than SP"]["shown"]  # one point lower in every seed
+    out = tmp_path / "sp.md"
+    assert goals.main([*map(str, files), "--variety_arms", "--beside", "CSP=SP", "--out", str(out)]) == 0
+    assert "| CSP − SP | +0.50 [" in out.read_text()
 
 
 def test_report_names_a_missing_arm_and_the_cli_writes_markdown(tmp_path):
     goals = load_script(SCRIPT)
     files = study(tmp_path)
-    with pytest.raises(SystemExit, match=r"no run of arm\(s\) \['SP', 'SP@C', 'CSP'\]"):
+    with pytest.raises(SystemExit, match=r"no run of arm\(s\) \['SP', 'CSP'\]"):
         goals.main([str(files[0]), str(files[2])])  # the A+C runs only
     out = tmp_path / "goals.md"
     assert goals.main([*map(str, files), "--out", str(out), "--png", str(tmp_path / "wer.png")]) == 0

@@ -513,3 +513,62 @@ def test_an_arm_at_another_arms_training_time_is_its_nearest_epoch_checkpoint(tm
         tta.at_wallclock_entry(args, "SP", 0, {"epochs": rows}, (ref, "A"))
     with pytest.raises(SystemExit, match="REPORT.json:ARM"):
         tta.parse_at_wallclock("no_such.json:C")
+
+
+def test_an_arm_trains_as_run_sh_does_unless_told_otherwise(tmp_path):
+    """Short epochs, another checkpoint choice or another max_epoch with decoding are refused without
+    --nonstandard_protocol, and the report and a merge of reports carry each arm's protocol."""
+    tta = load()
+    cfg = tmp_path / "sp.yaml"
+    cfg.write_text(yaml.safe_dump({"max_epoch": 5, "keep_nbest_models": 3, "best_model_criterion": [["valid", "acc", "max"]]}))
+    standard = tta.training_protocol(cfg, None, "--grad_clip 1 --keep_nbest_models 3")  # same value: no deviation
+    assert (standard["max_epoch"], standard["keep_nbest_models"], standard["deviations"], standard["notes"]) == (5, 3, [], [])
+    short = tta.training_protocol(cfg, 15, "--num_iters_per_epoch 169")
+    assert short["deviations"] == ["max_epoch 15 (config: 5)", "num_iters_per_epoch 169 (config: None)"]
+    assert short["max_epoch"] == 15 and short["num_iters_per_epoch"] == 169
+    early = tta.training_protocol(cfg, 2, "", decode=False)  # run.sh's first two epochs, not decoded
+    assert early["deviations"] == [] and early["notes"] == ["max_epoch 2 (config: 5): run.sh's first epochs"]
+    assert tta.training_protocol(cfg, 2, "")["deviations"] == ["max_epoch 2 (config: 5)"]
+    assert tta.training_protocol(cfg, None, "--keep_nbest_models 1")["deviations"] == ["keep_nbest_models 1 (config: 3)"]
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("batch_type: numel\n")
+    with pytest.raises(SystemExit, match="sets no max_epoch"):
+        tta.training_protocol(bare, None, "")
+    argv = ["--out_dir", str(tmp_path / "out"), "--datadir", "d", "--dumpdir", "u", "--expdir", str(tmp_path / "exp"),
+            "--arm", f"SP={cfg}", "--max_epoch", "15", "--asr_args", "--num_iters_per_epoch 169"]
+    with pytest.raises(SystemExit, match=r"SP: max_epoch 15 \(config: 5\), num_iters_per_epoch 169.*--nonstandard_protocol"):
+        tta.main(argv)
+    with pytest.raises(SystemExit, match="run the recipe's stages 1-10 first"):  # let through, on to the data
+        tta.main(argv + ["--nonstandard_protocol"])
+    def run_file(seed, protocol):
+        path = tmp_path / f"s{seed}.json"
+        entry = {**curve([0.5, 0.2], [100, 200]), **({"protocol": protocol} if protocol else {})}
+        path.write_text(json.dumps({"metric": "ter_ctc_token", "arms": {"SP": {str(seed): entry}}}))
+        return path
+
+    # a merge keeps each seed's protocol, and the report says which seeds trained under which
+    merged = tta.merge_results([run_file(0, standard), run_file(1, short), run_file(2, standard), run_file(3, None)],
+                               None, "last_two_mean")
+    assert merged["arms"]["SP"][1]["protocol"] == short
+    lines = tta.protocol_lines(merged)
+    assert lines[0].startswith("- `SP`, seeds 0, 2: protocol: as run.sh trains its config (max_epoch 5, "
+                               "keep_nbest_models 3, num_iters_per_epoch —)")
+    assert lines[1].startswith("- `SP`, seed 1: **not run.sh's protocol**: max_epoch 15 (config: 5); "
+                               "num_iters_per_epoch 169")
+    assert lines[2] == "- `SP`, seed 3: protocol not recorded (a report from before the tool recorded it)"
+    assert tta.markdown(merged).startswith("\n".join(lines))
+
+
+@pytest.mark.parametrize("kept, averaged", [
+    ([2, 4, 5], [2, 4, 5]),  # the last epoch among the 3 best
+    ([1, 3, 4, 5], [1, 3, 4]),  # the last kept beside the 3 best, not averaged
+    ([5], None),  # pruned by hand: cannot be told
+])
+def test_averaged_epochs_are_the_checkpoints_espnet_kept(tmp_path, kept, averaged):
+    tta = load()
+    (tmp_path / "train.log").write_text("".join(f"{e}epoch results: [train] loss=1.0, [valid] acc=0.9\n"
+                                                for e in range(1, 6)))
+    for e in kept:
+        (tmp_path / f"{e}epoch.pth").write_text("")
+    (tmp_path / "valid.acc.ave_3best.pth").write_text("")  # not an epoch's checkpoint
+    assert tta.averaged_epochs(tmp_path, 3) == averaged
