@@ -55,6 +55,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -110,7 +111,10 @@ def training_protocol(config: Path, max_epoch: Optional[int], asr_args: str, dec
     deviations, notes = [], []
     if max_epoch is not None and max_epoch != conf.get("max_epoch"):
         text = f"max_epoch {max_epoch} (config: {conf.get('max_epoch')})"
-        (notes if not decode else deviations).append(text + ("" if decode else ": run.sh's first epochs"))
+        if decode:
+            deviations.append(text)
+        else:
+            notes.append(f"{text}: run.sh's first epochs")
         protocol["max_epoch"] = max_epoch
     if protocol.get("max_epoch") is None:
         raise SystemExit(f"{config} sets no max_epoch: set it there or pass --max_epoch")
@@ -132,8 +136,8 @@ def averaged_epochs(exp_dir: Path, keep_nbest: Optional[int]) -> Optional[List[i
     averaged.  ``None`` when that cannot be told (fewer epochs than ``keep_nbest``, where ESPnet
     takes the single best, other files).
     """
-    kept = sorted(int(f.name[:-len("epoch.pth")]) for f in exp_dir.glob("*epoch.pth")
-                  if f.name[:-len("epoch.pth")].isdigit())
+    names = (re.fullmatch(r"(\d+)epoch\.pth", f.name) for f in exp_dir.glob("*epoch.pth"))
+    kept = sorted(int(m.group(1)) for m in names if m)
     last = finished_epochs(exp_dir)
     if kept == [1] and last == 1:  # one epoch: that checkpoint is the model
         return [1]
@@ -795,13 +799,11 @@ def protocol_lines(results: dict) -> List[str]:
     """The report's first lines: per arm, each :func:`training_protocol` its seeds trained under."""
     lines = []
     for arm, seeds in results["arms"].items():
-        groups: List[Tuple[Optional[dict], List[str]]] = []
+        groups: Dict[str, List[str]] = {}  # the protocol, as JSON -> its seeds
         for seed, entry in seeds.items():
-            p = entry.get("protocol")
-            if all(g[0] != p for g in groups):
-                groups.append((p, []))
-            next(g for g in groups if g[0] == p)[1].append(str(seed))
-        for p, listed in groups:
+            groups.setdefault(json.dumps(entry.get("protocol"), sort_keys=True), []).append(str(seed))
+        for key, listed in groups.items():
+            p = json.loads(key)
             where = f"`{arm}`, seed{'s' if len(listed) > 1 else ''} {', '.join(listed)}"
             if p is None:
                 lines.append(f"- {where}: protocol not recorded (a report from before the tool recorded it)")
